@@ -1,0 +1,41 @@
+# `make demo` and `make test` set up (or refresh) the local virtualenv from pyproject.toml,
+# then do their job. Nothing needs to be installed by hand first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+NP     ?= 4
+
+.PHONY: demo test test-fast bench lint clean venv
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.core: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+$(VENV)/.bench: pyproject.toml $(VENV)/.core
+	$(BIN)/pip install -q -e '.[dev,bench]'
+	@touch $@
+
+venv: $(VENV)/.core
+
+demo: $(VENV)/.core
+	$(BIN)/python launch/mggrun -np $(NP) $(BIN)/mgg demo
+
+test: $(VENV)/.core
+	$(BIN)/python -m pytest -q
+
+test-fast: $(VENV)/.core
+	$(BIN)/python -m pytest -q -m "not slow"
+
+bench: $(VENV)/.bench
+	$(BIN)/python bench/run_all.py
+
+lint: $(VENV)/.core
+	$(BIN)/ruff check mgg tests bench launch/mggrun
+	$(BIN)/ruff format --check mgg tests bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

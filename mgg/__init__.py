@@ -1,0 +1,4 @@
+"""mgg: full-graph GNN training and inference across many devices with fine-grained
+communication-computation pipelining (MGG, OSDI'23)."""
+
+__version__ = "0.1.0"

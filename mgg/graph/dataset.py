@@ -1,0 +1,78 @@
+"""A graph with what training needs: features, labels and split masks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from .core import Graph, GraphError
+
+
+@dataclass
+class Dataset:
+    """graph plus optional node data.
+
+    x           float32 [N, F] dense, or scipy.sparse.csr_matrix [N, F] (kept sparse)
+    y           int64 [N] class labels
+    *_mask      bool [N] split masks
+    num_classes number of classes (max label + 1 when not given)
+    meta        free-form provenance (source, licence, generator parameters)
+    """
+
+    name: str
+    graph: Graph
+    x: np.ndarray | sp.csr_matrix | None = None
+    y: np.ndarray | None = None
+    train_mask: np.ndarray | None = None
+    val_mask: np.ndarray | None = None
+    test_mask: np.ndarray | None = None
+    num_classes: int | None = None
+    meta: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        n = self.graph.num_nodes
+        if self.x is not None:
+            if self.x.ndim != 2 or self.x.shape[0] != n:
+                raise GraphError(f"{self.name}: features have shape {self.x.shape}, expected "
+                                 f"({n}, F)")
+            if sp.issparse(self.x):
+                self.x = sp.csr_matrix(self.x, dtype=np.float32)
+                bad = ~np.isfinite(self.x.data)
+            else:
+                self.x = np.asarray(self.x, dtype=np.float32)
+                bad = ~np.isfinite(self.x)
+            if bad.any():
+                raise GraphError(f"{self.name}: features contain NaN or inf")
+        if self.y is not None:
+            self.y = np.asarray(self.y)
+            if self.y.shape != (n,) or not np.issubdtype(self.y.dtype, np.integer):
+                raise GraphError(f"{self.name}: labels must be integer [{n}], got "
+                                 f"{self.y.dtype} {self.y.shape}")
+            self.y = self.y.astype(np.int64, copy=False)
+            if n and self.y.min() < 0:
+                raise GraphError(f"{self.name}: labels must be >= 0, found {self.y.min()}")
+            if self.num_classes is None:
+                self.num_classes = int(self.y.max()) + 1 if n else 0
+            elif n and self.y.max() >= self.num_classes:
+                raise GraphError(f"{self.name}: label {self.y.max()} >= num_classes "
+                                 f"{self.num_classes}")
+        for k in ("train_mask", "val_mask", "test_mask"):
+            m = getattr(self, k)
+            if m is not None:
+                m = np.asarray(m)
+                if m.shape != (n,) or m.dtype != bool:
+                    raise GraphError(f"{self.name}: {k} must be bool [{n}], got {m.dtype} "
+                                     f"{m.shape}")
+                setattr(self, k, m)
+
+    @property
+    def num_features(self) -> int | None:
+        return None if self.x is None else int(self.x.shape[1])
+
+    def __repr__(self) -> str:
+        f = f", features={self.x.shape[1]}{' sparse' if sp.issparse(self.x) else ''}" \
+            if self.x is not None else ""
+        c = f", classes={self.num_classes}" if self.num_classes else ""
+        return f"Dataset({self.name!r}, {self.graph}{f}{c})"

@@ -1,0 +1,235 @@
+"""PartitionPlan: everything one rank needs to aggregate its nodes, built once."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..graph.core import Graph
+from ..progress import progress
+from .edge_split import RankEdges, column_slice, edge_split
+from .neighbor_split import neighbor_split
+from .node_split import node_split
+
+
+@dataclass(frozen=True, eq=False)
+class PartitionPlan:
+    """One rank's share of the graph (n = ub - lb local nodes, P ranks).
+
+    bounds          int64 [P+1]  node ranges of all ranks
+    local_*         local CSR: in-edges whose source lives on this rank (row u - lb)
+    remote_*        remote CSR: in-edges from peers; remote_slot indexes the halo
+    halo_pe/row     int32 [H]    the distinct remote rows, in order of first use
+    lnp_ptr/node    LNP: local neighbor partitions of at most ps entries
+    rnp_ptr/node    RNP: remote neighbor partitions
+    transposed      the plan of the transposed graph over the same bounds (backward)
+    """
+
+    rank: int
+    bounds: np.ndarray
+    ps: int
+    num_edges: int
+    local_indptr: np.ndarray
+    local_indices: np.ndarray
+    local_weights: np.ndarray | None
+    remote_indptr: np.ndarray
+    remote_slot: np.ndarray
+    remote_weights: np.ndarray | None
+    halo_pe: np.ndarray
+    halo_row: np.ndarray
+    lnp_ptr: np.ndarray
+    lnp_node: np.ndarray
+    rnp_ptr: np.ndarray
+    rnp_node: np.ndarray
+    symmetric: bool = False
+    _transposed: PartitionPlan | None = field(default=None, repr=False)
+
+    # ---- sizes ---------------------------------------------------------------------------
+    @property
+    def num_ranks(self) -> int:
+        return self.bounds.size - 1
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.bounds[-1])
+
+    @property
+    def lb(self) -> int:
+        return int(self.bounds[self.rank])
+
+    @property
+    def ub(self) -> int:
+        return int(self.bounds[self.rank + 1])
+
+    @property
+    def num_local_nodes(self) -> int:
+        return self.ub - self.lb
+
+    @property
+    def max_local_nodes(self) -> int:
+        """Rows of the largest rank: the symmetric allocation size."""
+        return int(np.diff(self.bounds).max())
+
+    @property
+    def num_local_edges(self) -> int:
+        return int(self.local_indices.size)
+
+    @property
+    def num_remote_edges(self) -> int:
+        return int(self.remote_slot.size)
+
+    @property
+    def num_halo(self) -> int:
+        return int(self.halo_pe.size)
+
+    @property
+    def has_weights(self) -> bool:
+        return self.local_weights is not None
+
+    @property
+    def remote_pe(self) -> np.ndarray:
+        """int32 [Er] peer holding each remote source."""
+        return self.halo_pe[self.remote_slot]
+
+    @property
+    def remote_row(self) -> np.ndarray:
+        """int32 [Er] row of each remote source on its peer (u - lb_pe)."""
+        return self.halo_row[self.remote_slot]
+
+    @property
+    def transposed(self) -> PartitionPlan:
+        if self.symmetric:
+            return self
+        if self._transposed is None:
+            raise ValueError("this plan was built with transposed=False")
+        return self._transposed
+
+    def in_degrees(self) -> np.ndarray:
+        """int64 [n]: in-degree of each local node (local plus remote entries)."""
+        return np.diff(self.local_indptr) + np.diff(self.remote_indptr)
+
+    # ---- derived plans -------------------------------------------------------------------
+    def with_ps(self, ps: int) -> PartitionPlan:
+        """The same plan cut into neighbor partitions of size ``ps`` (CSRs are shared)."""
+        if ps == self.ps:
+            return self
+        lnp_ptr, lnp_node = neighbor_split(self.local_indptr, ps)
+        rnp_ptr, rnp_node = neighbor_split(self.remote_indptr, ps)
+        t = None
+        if not self.symmetric and self._transposed is not None:
+            t = self._transposed.with_ps(ps)
+        return replace(self, ps=int(ps), lnp_ptr=_frozen(lnp_ptr), lnp_node=_frozen(lnp_node),
+                       rnp_ptr=_frozen(rnp_ptr), rnp_node=_frozen(rnp_node), _transposed=t)
+
+    # ---- facts ---------------------------------------------------------------------------
+    def halo_rows_per_peer(self) -> np.ndarray:
+        """int64 [P]: distinct rows this rank fetches from each peer."""
+        return np.bincount(self.halo_pe, minlength=self.num_ranks).astype(np.int64)
+
+    def stats(self) -> dict:
+        return {
+            "rank": self.rank, "lb": self.lb, "ub": self.ub,
+            "nodes": self.num_local_nodes,
+            "local_edges": self.num_local_edges,
+            "remote_edges": self.num_remote_edges,
+            "halo_rows": self.num_halo,
+            "halo_rows_per_peer": self.halo_rows_per_peer().tolist(),
+            "lnp": int(self.lnp_node.size), "rnp": int(self.rnp_node.size),
+        }
+
+    def fingerprint(self) -> str:
+        """What every rank's plan must agree on: bounds, ps, global edge count, weights."""
+        h = hashlib.sha1(np.ascontiguousarray(self.bounds).tobytes())
+        h.update(f"{self.ps}:{self.num_edges}:{self.has_weights}:{self.symmetric}".encode())
+        return h.hexdigest()[:16]
+
+
+def build_plan(graph: Graph, num_ranks: int, ps: int = 16, *, rank: int | None = None,
+               mode: str = "edges", transposed: bool = True, progress_bar=None):
+    """Partition ``graph`` for ``num_ranks`` ranks.
+
+    Returns a list of P PartitionPlans, or the one plan of ``rank`` when given (what an
+    SPMD rank builds: only its own share, O(E) reads and O(E/P) writes).
+    ``transposed`` also builds the plans of the transposed graph (for backward passes);
+    a graph flagged symmetric reuses the forward plan.
+    """
+    if not isinstance(graph, Graph):
+        raise TypeError(f"build_plan needs a Graph, got {type(graph).__name__}")
+    if int(ps) != ps or ps < 1:
+        raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
+    bounds = node_split(graph.indptr, num_ranks, mode)
+    p = bounds.size - 1
+    if rank is not None and not 0 <= rank < p:
+        raise ValueError(f"rank {rank} is outside [0, {p})")
+    ranks = range(p) if rank is None else [rank]
+    symmetric = bool(graph.symmetric)
+    need_t = transposed and not symmetric
+    gt = graph.transpose() if need_t and rank is None else None
+    bar = progress(total=len(ranks) * (2 if need_t else 1), desc="partition",
+                   enable=progress_bar if progress_bar is not None else
+                   (None if graph.num_edges > 10_000_000 else False))
+    plans = []
+    with bar:
+        for r in ranks:
+            lb, ub = int(bounds[r]), int(bounds[r + 1])
+            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric,
+                             *_row_slice(graph, lb, ub))
+            bar.update()
+            t = None
+            if need_t:
+                rows = _row_slice(gt, lb, ub) if gt is not None else \
+                    column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
+                t = _rank_plan(r, bounds, ps, graph.num_edges, False, *rows)
+                bar.update()
+            plans.append(replace(fwd, _transposed=t) if t is not None else fwd)
+    return plans if rank is None else plans[0]
+
+
+def plan_stats(plans: list[PartitionPlan], plan_seconds: float | None = None) -> dict:
+    """Whole-partition facts from all P plans (what `mgg partition` reports)."""
+    p0 = plans[0]
+    edges = np.array([q.num_local_edges + q.num_remote_edges for q in plans], np.int64)
+    remote = int(sum(q.num_remote_edges for q in plans))
+    halo = int(sum(q.num_halo for q in plans))
+    e = int(edges.sum())
+    out = {
+        "num_nodes": p0.num_nodes, "num_edges": e, "np": p0.num_ranks, "ps": p0.ps,
+        "nodes_per_rank": np.diff(p0.bounds).tolist(),
+        "edges_per_rank": edges.tolist(),
+        "imbalance": float(edges.max() / edges.mean()) if e else 1.0,
+        "remote_edges": remote,
+        "remote_fraction": remote / e if e else 0.0,
+        "halo_rows": halo,
+        "dedup_saving": remote / halo if halo else 1.0,
+        "halo_rows_per_peer": [q.halo_rows_per_peer().tolist() for q in plans],
+        "lnp": int(sum(q.lnp_node.size for q in plans)),
+        "rnp": int(sum(q.rnp_node.size for q in plans)),
+    }
+    if plan_seconds is not None:
+        out["plan_seconds"] = plan_seconds
+    return out
+
+
+def _row_slice(g: Graph, lb: int, ub: int):
+    a, b = int(g.indptr[lb]), int(g.indptr[ub])
+    w = None if g.weights is None else g.weights[a:b]
+    return g.indptr[lb:ub + 1] - a, g.indices[a:b], w
+
+
+def _rank_plan(rank, bounds, ps, num_edges, symmetric, indptr, indices, weights):
+    re: RankEdges = edge_split(indptr, indices, weights, bounds, rank)
+    lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
+    rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
+    arrays = {k: _frozen(v) for k, v in re._asdict().items()}
+    return PartitionPlan(rank=rank, bounds=_frozen(bounds), ps=int(ps), num_edges=num_edges,
+                         lnp_ptr=_frozen(lnp_ptr), lnp_node=_frozen(lnp_node),
+                         rnp_ptr=_frozen(rnp_ptr), rnp_node=_frozen(rnp_node),
+                         symmetric=symmetric, **arrays)
+
+
+def _frozen(a):
+    if a is not None:
+        a.setflags(write=False)
+    return a

@@ -1,0 +1,46 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgg.graph import Graph
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_dataset(name: str) -> Path:
+    """Path of a real graph in ../shared/data, or skip the test when it is absent."""
+    p = SHARED_DATA / f"{name}.npz"
+    if not p.exists():
+        pytest.skip(f"{p} not available")
+    return p
+
+
+def random_graph(rng, n, e, *, hub_src=False, hub_dst=False, self_loops=True, isolated=0):
+    """A messy random graph: duplicates, optional hubs, self loops, isolated tail nodes."""
+    m = max(n - isolated, 1)
+    src = rng.integers(0, m, e)
+    dst = rng.integers(0, m, e)
+    if hub_src and e:
+        src[: e // 3] = rng.integers(0, m)
+    if hub_dst and e:
+        dst[e // 3: 2 * e // 3] = rng.integers(0, m)
+    if not self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    return Graph.from_edges(src, dst, n)
+
+
+def assert_agg_close(out, ref, graph, x):
+    """float32-aware comparison: error scaled by the magnitude of what was summed."""
+    a = graph.to_scipy()
+    a.data = np.abs(a.data).astype(np.float64)
+    mag = a @ np.abs(x.astype(np.float64)) + np.abs(x)
+    eps = 1e-5 if x.dtype == np.float32 else 1e-12
+    np.testing.assert_array_less(np.abs(out - ref), eps * (mag + 1.0))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(int(os.environ.get("MGG_TEST_SEED", "0")))
