@@ -24,9 +24,21 @@ def main(argv=None) -> int:
         return 2
     try:
         return args.func(args) or 0
-    except (ValueError, FileNotFoundError, KeyError) as e:
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
         print(f"mgg {args.command}: error: {e}", file=sys.stderr)
+        _abort_job(2)
         return 2
+
+
+def _abort_job(code: int) -> None:
+    """In a multi-rank job, a failing rank takes the whole job down instead of leaving
+    its peers waiting in a collective."""
+    from .comm import _world
+
+    for comm in _world.values():
+        if comm.size > 1:
+            sys.stderr.flush()
+            comm.abort(code)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -41,12 +53,34 @@ def _parser() -> argparse.ArgumentParser:
     _graph_args(s)
     s.add_argument("--np", type=int, required=True, help="number of ranks P")
     s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
-    s.add_argument("--mode", choices=["edges", "nodes"], default="edges",
-                   help="balance edges (Algorithm 1) or node counts")
-    s.add_argument("--no-transposed", action="store_true",
-                   help="skip the transposed plans (backward pass)")
+    s.add_argument(
+        "--mode",
+        choices=["edges", "nodes"],
+        default="edges",
+        help="balance edges (Algorithm 1) or node counts",
+    )
+    s.add_argument(
+        "--no-transposed", action="store_true", help="skip the transposed plans (backward pass)"
+    )
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_partition)
+
+    s = sub.add_parser(
+        "check",
+        help="run every distributed design, verify against scipy "
+        "on rank 0 and time it (launch with mggrun)",
+    )
+    _graph_args(s)
+    s.add_argument("--dim", type=int, default=16, help="feature width D")
+    s.add_argument("--op", default="sum", help="sum|mean|gcn|gin, or 'all'")
+    s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
+    s.add_argument("--dist", type=int, default=4, help="fetch batches in flight (pipelined)")
+    s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
+    s.add_argument("--window", default="auto", help="auto|shm|rma, or 'all' (MPI backend)")
+    s.add_argument("--backend", choices=["cpu"], default="cpu")
+    s.add_argument("--repeat", type=int, default=5, help="timed runs per design (median)")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("demo", help="generate, partition, aggregate and check a graph")
     s.add_argument("--np", type=int, default=4)
@@ -58,9 +92,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _graph_args(s):
-    s.add_argument("graph", help="a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or "
-                   "a generator spec: reddit|enwiki|products|proteins|orkut[:scale=S], "
-                   "rmat:scale=K,ef=F, planted:nodes=N,classes=C")
+    s.add_argument(
+        "graph",
+        help="a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or "
+        "a generator spec: reddit|enwiki|products|proteins|orkut[:scale=S], "
+        "rmat:scale=K,ef=F, planted:nodes=N,classes=C",
+    )
     s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
     s.add_argument("--seed", type=int, default=0)
 
@@ -79,9 +116,13 @@ def cmd_info(args) -> int:
     import mgg
 
     info = {
-        "mgg": mgg.__version__, "python": platform.python_version(),
-        "numpy": np.__version__, "scipy": scipy.__version__, "numba": numba.__version__,
-        "cpus": os.cpu_count(), "numba_threads": numba.get_num_threads(),
+        "mgg": mgg.__version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "numba": numba.__version__,
+        "cpus": os.cpu_count(),
+        "numba_threads": numba.get_num_threads(),
         "backends": ["cpu"],
     }
     try:
@@ -114,8 +155,7 @@ def _cuda_info() -> dict:
     out = {"cupy": cupy.__version__}
     try:
         n = cupy.cuda.runtime.getDeviceCount()
-        out["gpus"] = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode()
-                       for i in range(n)]
+        out["gpus"] = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(n)]
     except Exception as e:  # noqa: BLE001
         out["gpus"] = []
         out["cuda"] = f"no device ({e})"
@@ -137,8 +177,7 @@ def cmd_partition(args) -> int:
     load_s = time.perf_counter() - t0
     g = ds.graph
     t0 = time.perf_counter()
-    plans = build_plan(g, args.np, args.ps, mode=args.mode,
-                       transposed=not args.no_transposed)
+    plans = build_plan(g, args.np, args.ps, mode=args.mode, transposed=not args.no_transposed)
     plan_s = time.perf_counter() - t0
     st = plan_stats(plans, plan_s)
     st["graph"] = ds.name
@@ -151,25 +190,43 @@ def cmd_partition(args) -> int:
 
 
 def _print_partition(st: dict, plans) -> None:
-    print(f"{st['graph']}: {st['num_nodes']:,} nodes, {st['num_edges']:,} edges, P={st['np']}, "
-          f"ps={st['ps']}; build_plan {st['plan_seconds']:.3f} s (load {st['load_seconds']:.2f} s)")
+    print(
+        f"{st['graph']}: {st['num_nodes']:,} nodes, {st['num_edges']:,} edges, P={st['np']}, "
+        f"ps={st['ps']}; build_plan {st['plan_seconds']:.3f} s (load {st['load_seconds']:.2f} s)"
+    )
     rows = []
     for q in plans:
         s = q.stats()
         e = s["local_edges"] + s["remote_edges"]
-        rows.append([s["rank"], f"[{s['lb']}, {s['ub']})", s["nodes"], e, s["local_edges"],
-                     s["remote_edges"], s["halo_rows"], s["lnp"], s["rnp"]])
-    print(format_table(rows, ["rank", "range", "nodes", "edges", "local", "remote",
-                              "halo rows", "LNP", "RNP"]))
-    print(f"imbalance (max/mean edges) {st['imbalance']:.3f} · remote fraction "
-          f"{st['remote_fraction']:.3f} · remote rows fetched once: {st['halo_rows']:,} of "
-          f"{st['remote_edges']:,} remote edges ({st['dedup_saving']:.2f}x fewer)")
+        rows.append(
+            [
+                s["rank"],
+                f"[{s['lb']}, {s['ub']})",
+                s["nodes"],
+                e,
+                s["local_edges"],
+                s["remote_edges"],
+                s["halo_rows"],
+                s["lnp"],
+                s["rnp"],
+            ]
+        )
+    print(
+        format_table(
+            rows, ["rank", "range", "nodes", "edges", "local", "remote", "halo rows", "LNP", "RNP"]
+        )
+    )
+    print(
+        f"imbalance (max/mean edges) {st['imbalance']:.3f} · remote fraction "
+        f"{st['remote_fraction']:.3f} · remote rows fetched once: {st['halo_rows']:,} of "
+        f"{st['remote_edges']:,} remote edges ({st['dedup_saving']:.2f}x fewer)"
+    )
 
 
 def format_table(rows, headers) -> str:
     cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in cells]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -182,6 +239,127 @@ def _fmt(c) -> str:
     return str(c)
 
 
+# ---- check ---------------------------------------------------------------------------
+def cmd_check(args) -> int:
+    from .baselines import DESIGNS
+    from .comm import get_comm
+    from .graph.generators import random_features
+    from .kernels import OPS, reference
+    from .partition import build_plan
+
+    comm = get_comm("mpi")  # first: from here on a failing rank aborts the job
+    ops = list(OPS) if args.op == "all" else args.op.split(",")
+    names = list(DESIGNS) if args.designs == "all" else args.designs.split(",")
+    windows = ["shm", "rma"] if args.window == "all" else [args.window]
+    for bad in [o for o in ops if o not in OPS] + [d for d in names if d not in DESIGNS]:
+        raise ValueError(
+            f"unknown op or design {bad!r}; ops: {', '.join(OPS)}; designs: {', '.join(DESIGNS)}"
+        )
+    if "auto" in windows:
+        windows = [comm.window]
+    lead = comm.rank == 0
+    ds = load_dataset(args)
+    graphs = {}
+    result = {
+        "graph": ds.name,
+        "np": comm.size,
+        "dim": args.dim,
+        "ps": args.ps,
+        "dist": args.dist,
+        "designs": {},
+        "runs": [],
+    }
+    for op in ops:
+        if op == "gcn" and "gcn" not in graphs:
+            graphs["gcn"] = ds.graph.gcn_norm()
+        g = graphs["gcn"] if op == "gcn" else ds.graph
+        plan = build_plan(g, comm.size, args.ps, rank=comm.rank, transposed=False)
+        x = random_features(args.seed, plan.lb, plan.ub, args.dim)
+        ref = (
+            reference.aggregate(
+                g, random_features(args.seed, 0, g.num_nodes, args.dim), op, eps=0.1
+            )
+            if lead
+            else None
+        )
+        for window in windows:
+            for name in names:
+                kw = {"dist": args.dist} if name == "pipelined" else {}
+                with DESIGNS[name](plan, comm, args.dim, window=window, **kw) as design:
+                    design.x[:] = x
+                    out = design(op, eps=0.1)
+                    outs = comm.comm.gather(out, root=0)
+                    times = []
+                    for _ in range(args.repeat):
+                        comm.barrier()
+                        t0 = time.perf_counter()
+                        design(op, eps=0.1, out=out)
+                        times.append(time.perf_counter() - t0)
+                    secs = float(np.median(comm.allreduce(np.array(times), "max")))
+                    calls = design.stats["calls"]
+                    st = {
+                        k: comm.allreduce(np.array([float(design.stats[k]) / calls]))[0]
+                        for k in ("remote_bytes", "wait_seconds")
+                    }
+                    st["wait_seconds"] /= comm.size  # mean over ranks; bytes summed
+                ok, err = True, 0.0
+                if lead:
+                    got = np.concatenate(outs)
+                    err = float(np.abs(got - ref).max() / max(1.0, np.abs(ref).max()))
+                    ok = bool(err < 1e-5)
+                ok = bool(comm.bcast(ok))
+                run = {
+                    "design": name,
+                    "op": op,
+                    "window": window,
+                    "ok": ok,
+                    "seconds": secs,
+                    "max_rel_error": err,
+                    "remote_bytes": st["remote_bytes"],
+                    "wait_seconds": st["wait_seconds"],
+                }
+                result["runs"].append(run)
+                prev = result["designs"].get(name)
+                result["designs"][name] = {
+                    "ok": ok and (prev is None or prev["ok"]),
+                    "seconds": secs if prev is None else min(prev["seconds"], secs),
+                }
+    if lead:
+        if not args.json or sys.stdout.isatty():
+            print(
+                f"{ds.name}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, "
+                f"P={comm.size}, D={args.dim}, ps={args.ps}, dist={args.dist}"
+            )
+            print(
+                format_table(
+                    [
+                        [
+                            r["design"],
+                            r["op"],
+                            r["window"],
+                            "ok" if r["ok"] else "MISMATCH",
+                            f"{r['seconds'] * 1e3:.2f}",
+                            f"{r['wait_seconds'] * 1e3:.2f}",
+                            f"{r['remote_bytes'] / 1e6:.2f}",
+                        ]
+                        for r in result["runs"]
+                    ],
+                    [
+                        "design",
+                        "op",
+                        "window",
+                        "check",
+                        "ms (median)",
+                        "wait ms (rank mean)",
+                        "MB fetched (all ranks)",
+                    ],
+                )
+            )
+        if args.json:
+            print(json.dumps(result))
+    return 0 if all(d["ok"] for d in result["designs"].values()) else 1
+
+
 # ---- demo --------------------------------------------------------------------------------
 def cmd_demo(args) -> int:
     from .graph.generators import planted_partition
@@ -191,8 +369,10 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     ds = planted_partition(args.nodes, 8, avg_degree=20, num_features=args.dim, seed=0)
     g = ds.graph.gcn_norm()
-    print(f"generated {ds.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges (with self "
-          f"loops) in {time.perf_counter() - t0:.2f} s")
+    print(
+        f"generated {ds.name}: {g.num_nodes:,} nodes, {g.num_edges:,} edges (with self "
+        f"loops) in {time.perf_counter() - t0:.2f} s"
+    )
     t0 = time.perf_counter()
     plans = build_plan(g, args.np, ps=16)
     st = plan_stats(plans, time.perf_counter() - t0)
@@ -202,15 +382,18 @@ def cmd_demo(args) -> int:
     result = {"np": args.np, "num_nodes": g.num_nodes, "num_edges": g.num_edges, "ops": {}}
     for op in ("sum", "mean", "gcn", "gin"):
         t0 = time.perf_counter()
-        out = np.concatenate([aggregate(p, x[p.lb:p.ub], op, halo=gather_halo(p, x), eps=0.1)
-                              for p in plans])
+        out = np.concatenate(
+            [aggregate(p, x[p.lb : p.ub], op, halo=gather_halo(p, x), eps=0.1) for p in plans]
+        )
         secs = time.perf_counter() - t0
         ref = reference.aggregate(g, x, op, eps=0.1)
         err = float(np.abs(out - ref).max() / max(1.0, np.abs(ref).max()))
         ok = err < 1e-5
         result["ops"][op] = {"ok": ok, "max_rel_err": err, "seconds": secs}
-        print(f"aggregate {op:>4}: {secs * 1e3:8.1f} ms over {args.np} plans, max error vs "
-              f"scipy {err:.1e} {'OK' if ok else 'MISMATCH'}")
+        print(
+            f"aggregate {op:>4}: {secs * 1e3:8.1f} ms over {args.np} plans, max error vs "
+            f"scipy {err:.1e} {'OK' if ok else 'MISMATCH'}"
+        )
     if args.json:
         print(json.dumps(result))
     return 0 if all(v["ok"] for v in result["ops"].values()) else 1

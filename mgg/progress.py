@@ -25,5 +25,12 @@ def progress(iterable=None, *, total=None, desc=None, enable=None, unit="it"):
         env = os.environ.get("MGG_PROGRESS")
         enable = env == "1" if env in ("0", "1") else sys.stderr.isatty()
     enable = enable and is_lead_rank()
-    return tqdm(iterable, total=total, desc=desc, disable=not enable, unit=unit,
-                dynamic_ncols=True, leave=False)
+    return tqdm(
+        iterable,
+        total=total,
+        desc=desc,
+        disable=not enable,
+        unit=unit,
+        dynamic_ncols=True,
+        leave=False,
+    )

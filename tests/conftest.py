@@ -25,7 +25,7 @@ def random_graph(rng, n, e, *, hub_src=False, hub_dst=False, self_loops=True, is
     if hub_src and e:
         src[: e // 3] = rng.integers(0, m)
     if hub_dst and e:
-        dst[e // 3: 2 * e // 3] = rng.integers(0, m)
+        dst[e // 3 : 2 * e // 3] = rng.integers(0, m)
     if not self_loops:
         keep = src != dst
         src, dst = src[keep], dst[keep]
@@ -44,3 +44,28 @@ def assert_agg_close(out, ref, graph, x):
 @pytest.fixture
 def rng():
     return np.random.default_rng(int(os.environ.get("MGG_TEST_SEED", "0")))
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def mpirun(nprocs: int, *args, timeout: float = 180, env=None):
+    """Run ``mggrun -np nprocs ARGS`` for real; returns the CompletedProcess."""
+    import subprocess
+    import sys
+
+    full_env = dict(os.environ, MGG_PROGRESS="0", **(env or {}))
+    return subprocess.run(
+        [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(nprocs), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        cwd=ROOT,
+    )
+
+
+def last_json(stdout: str) -> dict:
+    import json
+
+    return json.loads(stdout.strip().splitlines()[-1])

@@ -50,8 +50,11 @@ def reference_csr(src, dst, n, symmetric):
 
 
 def same_graph(g: Graph, h: Graph) -> bool:
-    return (g.num_nodes == h.num_nodes and np.array_equal(g.indptr, h.indptr)
-            and np.array_equal(g.indices, h.indices))
+    return (
+        g.num_nodes == h.num_nodes
+        and np.array_equal(g.indptr, h.indptr)
+        and np.array_equal(g.indices, h.indices)
+    )
 
 
 # ---- rmat ---------------------------------------------------------------------------------
@@ -97,8 +100,9 @@ def test_rmat_independent_of_thread_count():
 
 def test_csr_builder_independent_of_row_partition(monkeypatch):
     ref_sym, ref_dir = rmat(9, seed=6), rmat_n(900, 7001, seed=6, symmetric=False)
-    monkeypatch.setattr(gen, "_row_bounds",
-                        lambda n: np.linspace(0, n, min(n, 7) + 1).astype(np.int64))
+    monkeypatch.setattr(
+        gen, "_row_bounds", lambda n: np.linspace(0, n, min(n, 7) + 1).astype(np.int64)
+    )
     assert same_graph(ref_sym, rmat(9, seed=6))
     assert same_graph(ref_dir, rmat_n(900, 7001, seed=6, symmetric=False))
 
@@ -118,8 +122,10 @@ def test_rmat_progress_runs():
 
 
 # ---- rmat_n -------------------------------------------------------------------------------
-@pytest.mark.parametrize("n,e,symmetric", [(1000, 20_000, True), (3000, 40_001, True),
-                                           (777, 9_000, False), (2, 2, True), (5, 12, False)])
+@pytest.mark.parametrize(
+    "n,e,symmetric",
+    [(1000, 20_000, True), (3000, 40_001, True), (777, 9_000, False), (2, 2, True), (5, 12, False)],
+)
 def test_rmat_n_counts(n, e, symmetric):
     g = rmat_n(n, e, seed=1, symmetric=symmetric)
     assert g.num_nodes == n
@@ -295,10 +301,18 @@ def test_resolve_file(tmp_path, monkeypatch):
     assert calls[-1] == str(tmp_path / "x")
 
 
-@pytest.mark.parametrize("spec,match", [
-    ("twitter", "reddit"), ("no/such/file.npz", "rmat"), ("reddit:bogus=1", "scale"),
-    ("rmat:ef=4", "scale"), ("planted:nodes=10", "classes"), ("planted:nodes=abc", "key=number"),
-    ("rmat:scale", "key=number")])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("twitter", "reddit"),
+        ("no/such/file.npz", "rmat"),
+        ("reddit:bogus=1", "scale"),
+        ("rmat:ef=4", "scale"),
+        ("planted:nodes=10", "classes"),
+        ("planted:nodes=abc", "key=number"),
+        ("rmat:scale", "key=number"),
+    ],
+)
 def test_resolve_bad_specs(spec, match):
     with pytest.raises(ValueError, match=match):
         resolve(spec)

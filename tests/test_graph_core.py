@@ -3,26 +3,30 @@ import pytest
 import scipy.sparse as sp
 
 from mgg.graph import Graph, GraphError
+
 from conftest import random_graph
 
 
 def edge_multiset(g):
     src, dst = g.edges()
     w = g.weights if g.weights is not None else np.ones(g.num_edges)
-    return sorted(zip(src.tolist(), dst.tolist(), np.round(w, 5).tolist()))
+    return sorted(zip(src.tolist(), dst.tolist(), np.round(w, 5).tolist(), strict=True))
 
 
-@pytest.mark.parametrize("bad, msg", [
-    (dict(indptr=[0, 2, 1], indices=[0, 1]), "not monotone"),
-    (dict(indptr=[1, 2], indices=[0, 0]), "indptr\\[0\\]"),
-    (dict(indptr=[0, 1, 3], indices=[0, 1]), "indptr\\[-1\\]"),
-    (dict(indptr=[0, 1, 2], indices=[0, 2]), "outside \\[0, 2\\)"),
-    (dict(indptr=[0, 1, 2], indices=[0, -1]), "outside"),
-    (dict(indptr=[0, 1, 2], indices=[0.5, 1.0]), "integers"),
-    (dict(indptr=[0, 1, 2], indices=[0, 1], weights=[1.0, np.nan]), "finite"),
-    (dict(indptr=[0, 1, 2], indices=[0, 1], weights=[1.0]), "one per edge"),
-    (dict(indptr=[0, 1, 2], indices=[0, 1], num_nodes=3), "num_nodes\\+1"),
-])
+@pytest.mark.parametrize(
+    "bad, msg",
+    [
+        (dict(indptr=[0, 2, 1], indices=[0, 1]), "not monotone"),
+        (dict(indptr=[1, 2], indices=[0, 0]), "indptr\\[0\\]"),
+        (dict(indptr=[0, 1, 3], indices=[0, 1]), "indptr\\[-1\\]"),
+        (dict(indptr=[0, 1, 2], indices=[0, 2]), "outside \\[0, 2\\)"),
+        (dict(indptr=[0, 1, 2], indices=[0, -1]), "outside"),
+        (dict(indptr=[0, 1, 2], indices=[0.5, 1.0]), "integers"),
+        (dict(indptr=[0, 1, 2], indices=[0, 1], weights=[1.0, np.nan]), "finite"),
+        (dict(indptr=[0, 1, 2], indices=[0, 1], weights=[1.0]), "one per edge"),
+        (dict(indptr=[0, 1, 2], indices=[0, 1], num_nodes=3), "num_nodes\\+1"),
+    ],
+)
 def test_invalid_csr_is_rejected(bad, msg):
     with pytest.raises(GraphError, match=msg):
         Graph(**bad)
@@ -48,15 +52,15 @@ def test_transpose_matches_scipy(rng):
     assert (abs(t.to_scipy() - g.to_scipy().T) > 1e-6).nnz == 0
     # rows come out sorted
     for v in range(0, 200, 17):
-        row = t.indices[t.indptr[v]:t.indptr[v + 1]]
+        row = t.indices[t.indptr[v] : t.indptr[v + 1]]
         assert np.all(np.diff(row) >= 0)
 
 
 def test_dedup_sums_weights_and_sorts(rng):
     g = Graph.from_edges([3, 1, 3, 0, 3], [0, 0, 0, 2, 0], 4, weights=[1, 2, 3, 4, 5])
     d = g.dedup()
-    assert d.indices[d.indptr[0]:d.indptr[1]].tolist() == [1, 3]
-    assert d.weights[d.indptr[0]:d.indptr[1]].tolist() == [2, 9]
+    assert d.indices[d.indptr[0] : d.indptr[1]].tolist() == [1, 3]
+    assert d.weights[d.indptr[0] : d.indptr[1]].tolist() == [2, 9]
     g2 = random_graph(rng, 100, 2000)
     d2 = g2.dedup()
     a = g2.to_scipy()
@@ -83,7 +87,7 @@ def test_symmetrize(rng):
     m = s.to_scipy()
     assert s.symmetric and (m != m.T).nnz == 0
     assert m.max() == 1  # no duplicates left
-    want = ((g.to_scipy() + g.to_scipy().T) != 0)
+    want = (g.to_scipy() + g.to_scipy().T) != 0
     assert (want != (m != 0)).nnz == 0
     assert s.transpose() is s
 

@@ -7,10 +7,10 @@ from hypothesis import strategies as st
 
 from mgg.graph import Graph
 from mgg.partition import build_plan, neighbor_split, node_split, plan_stats
+
 from conftest import random_graph
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -64,7 +64,7 @@ def edges_of(plan, transposed_rows=False):
 def graph_edges(g):
     src, dst = g.edges()
     w = g.weights if g.weights is not None else np.ones(g.num_edges)
-    return Counter(zip(dst.tolist(), src.tolist(), w.astype(float).tolist()))
+    return Counter(zip(dst.tolist(), src.tolist(), w.astype(float).tolist(), strict=True))
 
 
 def check_partitions(part_ptr, part_node, indptr, ps):
@@ -120,8 +120,17 @@ def test_rank_plan_equals_full_build(g, p):
     for r in range(p):
         one = build_plan(g, p, 3, rank=r)
         for a, b in ((one, full[r]), (one.transposed, full[r].transposed)):
-            for name in ("local_indptr", "local_indices", "remote_indptr", "remote_slot",
-                         "halo_pe", "halo_row", "lnp_ptr", "rnp_ptr", "rnp_node"):
+            for name in (
+                "local_indptr",
+                "local_indices",
+                "remote_indptr",
+                "remote_slot",
+                "halo_pe",
+                "halo_row",
+                "lnp_ptr",
+                "rnp_ptr",
+                "rnp_node",
+            ):
                 assert np.array_equal(getattr(a, name), getattr(b, name)), name
         assert one.fingerprint() == full[0].fingerprint()
 
@@ -171,7 +180,7 @@ def test_node_balanced_mode_and_isolated_nodes_spread(rng):
 def test_plan_is_immutable_and_deterministic(rng):
     g = random_graph(rng, 300, 3000)
     a, b = build_plan(g, 3, 4), build_plan(g, 3, 4)
-    assert all(np.array_equal(x.remote_slot, y.remote_slot) for x, y in zip(a, b))
+    assert all(np.array_equal(x.remote_slot, y.remote_slot) for x, y in zip(a, b, strict=True))
     with pytest.raises(ValueError):
         a[0].local_indices[0] = 1
     with pytest.raises(AttributeError):

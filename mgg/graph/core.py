@@ -33,8 +33,9 @@ class Graph:
 
     __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric")
 
-    def __init__(self, indptr, indices, weights=None, num_nodes=None, *, symmetric=None,
-                 check=True):
+    def __init__(
+        self, indptr, indices, weights=None, num_nodes=None, *, symmetric=None, check=True
+    ):
         indptr = np.asarray(indptr)
         indices = np.asarray(indices)
         if indptr.ndim != 1 or indptr.size < 1:
@@ -51,7 +52,8 @@ class Graph:
             weights = np.asarray(weights)
             if weights.shape != indices.shape:
                 raise GraphError(
-                    f"weights has shape {weights.shape}, expected {indices.shape} (one per edge)")
+                    f"weights has shape {weights.shape}, expected {indices.shape} (one per edge)"
+                )
             weights = weights.astype(np.float32, copy=False)
             if check and not np.isfinite(weights).all():
                 bad = int(np.flatnonzero(~np.isfinite(weights))[0])
@@ -92,8 +94,9 @@ class Graph:
         src = np.asarray(src)
         dst = np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
-            raise GraphError(f"src and dst must be 1-D of equal length, got {src.shape} and "
-                             f"{dst.shape}")
+            raise GraphError(
+                f"src and dst must be 1-D of equal length, got {src.shape} and {dst.shape}"
+            )
         if num_nodes is None:
             num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
         for name, a in (("src", src), ("dst", dst)):
@@ -107,8 +110,9 @@ class Graph:
             if weights.shape != src.shape:
                 raise GraphError(f"weights has shape {weights.shape}, expected {src.shape}")
         idt = index_dtype(num_nodes)
-        indptr, indices, w = _counting_sort(dst.astype(np.int64, copy=False),
-                                            src.astype(idt, copy=False), num_nodes, weights)
+        indptr, indices, w = _counting_sort(
+            dst.astype(np.int64, copy=False), src.astype(idt, copy=False), num_nodes, weights
+        )
         return cls(indptr, indices, w, num_nodes, check=False)
 
     @classmethod
@@ -126,26 +130,26 @@ class Graph:
         import scipy.sparse as sp
 
         data = self.weights if self.weights is not None else np.ones(self.num_edges, np.float32)
-        return sp.csr_matrix((data, self.indices, self.indptr),
-                             shape=(self.num_nodes, self.num_nodes))
+        return sp.csr_matrix(
+            (data, self.indices, self.indptr), shape=(self.num_nodes, self.num_nodes)
+        )
 
     # ---- operations (each returns a new Graph) -----------------------------------------
     def transpose(self) -> Graph:
         """The graph with every edge reversed; rows come out sorted."""
         if self.symmetric:
             return self
-        indptr, indices, w = _transpose_csr(self.indptr, self.indices, self.num_nodes,
-                                            self.weights)
+        indptr, indices, w = _transpose_csr(self.indptr, self.indices, self.num_nodes, self.weights)
         return Graph(indptr, indices, w, self.num_nodes, check=False)
 
     def sort_rows(self) -> Graph:
         """Same edges with each row's sources in ascending order."""
         indices = self.indices.copy()
         w = None if self.weights is None else self.weights.copy()
-        _sort_rows(self.indptr, indices, w if w is not None else np.empty(0, np.float32),
-                   w is not None)
-        return Graph(self.indptr, indices, w, self.num_nodes, symmetric=self.symmetric,
-                     check=False)
+        _sort_rows(
+            self.indptr, indices, w if w is not None else np.empty(0, np.float32), w is not None
+        )
+        return Graph(self.indptr, indices, w, self.num_nodes, symmetric=self.symmetric, check=False)
 
     def dedup(self) -> Graph:
         """Sort rows and merge duplicate edges (their weights are summed)."""
@@ -202,8 +206,7 @@ class Graph:
         deg = np.bincount(dst, weights=w, minlength=g.num_nodes)
         dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
         norm = (dinv[src] * w * dinv[dst]).astype(np.float32)
-        return Graph(g.indptr, g.indices, norm, g.num_nodes, symmetric=self.symmetric,
-                     check=False)
+        return Graph(g.indptr, g.indices, norm, g.num_nodes, symmetric=self.symmetric, check=False)
 
     def _filter(self, keep: np.ndarray, weights=None) -> Graph:
         """Keep the edges where ``keep`` [E] is True (weights from ``weights`` if given)."""
@@ -211,8 +214,14 @@ class Graph:
         np.cumsum(keep, out=kept[1:])
         indptr = kept[self.indptr]
         w = self.weights if weights is None else weights
-        return Graph(indptr, self.indices[keep], None if w is None else w[keep],
-                     self.num_nodes, symmetric=self.symmetric, check=False)
+        return Graph(
+            indptr,
+            self.indices[keep],
+            None if w is None else w[keep],
+            self.num_nodes,
+            symmetric=self.symmetric,
+            check=False,
+        )
 
 
 # ---- validation -------------------------------------------------------------------------
@@ -226,15 +235,18 @@ def _check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> None:
     if num_nodes < 0:
         raise GraphError(f"num_nodes must be >= 0, got {num_nodes}")
     if indptr.size != num_nodes + 1:
-        raise GraphError(f"indptr has {indptr.size} entries, expected num_nodes+1 = "
-                         f"{num_nodes + 1}")
+        raise GraphError(
+            f"indptr has {indptr.size} entries, expected num_nodes+1 = {num_nodes + 1}"
+        )
     if indptr[0] != 0:
         raise GraphError(f"indptr[0] is {indptr[0]}, expected 0")
     d = np.diff(indptr)
     if d.size and d.min() < 0:
         bad = int(np.argmax(d < 0))
-        raise GraphError(f"indptr is not monotone: indptr[{bad + 1}] = {indptr[bad + 1]} < "
-                         f"indptr[{bad}] = {indptr[bad]}")
+        raise GraphError(
+            f"indptr is not monotone: indptr[{bad + 1}] = {indptr[bad + 1]} < "
+            f"indptr[{bad}] = {indptr[bad]}"
+        )
     if indptr[-1] != indices.size:
         raise GraphError(f"indptr[-1] is {indptr[-1]} but there are {indices.size} indices")
     if indices.size:

@@ -35,8 +35,9 @@ class Dataset:
         n = self.graph.num_nodes
         if self.x is not None:
             if self.x.ndim != 2 or self.x.shape[0] != n:
-                raise GraphError(f"{self.name}: features have shape {self.x.shape}, expected "
-                                 f"({n}, F)")
+                raise GraphError(
+                    f"{self.name}: features have shape {self.x.shape}, expected ({n}, F)"
+                )
             if sp.issparse(self.x):
                 self.x = sp.csr_matrix(self.x, dtype=np.float32)
                 bad = ~np.isfinite(self.x.data)
@@ -48,23 +49,26 @@ class Dataset:
         if self.y is not None:
             self.y = np.asarray(self.y)
             if self.y.shape != (n,) or not np.issubdtype(self.y.dtype, np.integer):
-                raise GraphError(f"{self.name}: labels must be integer [{n}], got "
-                                 f"{self.y.dtype} {self.y.shape}")
+                raise GraphError(
+                    f"{self.name}: labels must be integer [{n}], got {self.y.dtype} {self.y.shape}"
+                )
             self.y = self.y.astype(np.int64, copy=False)
             if n and self.y.min() < 0:
                 raise GraphError(f"{self.name}: labels must be >= 0, found {self.y.min()}")
             if self.num_classes is None:
                 self.num_classes = int(self.y.max()) + 1 if n else 0
             elif n and self.y.max() >= self.num_classes:
-                raise GraphError(f"{self.name}: label {self.y.max()} >= num_classes "
-                                 f"{self.num_classes}")
+                raise GraphError(
+                    f"{self.name}: label {self.y.max()} >= num_classes {self.num_classes}"
+                )
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             if m is not None:
                 m = np.asarray(m)
                 if m.shape != (n,) or m.dtype != bool:
-                    raise GraphError(f"{self.name}: {k} must be bool [{n}], got {m.dtype} "
-                                     f"{m.shape}")
+                    raise GraphError(
+                        f"{self.name}: {k} must be bool [{n}], got {m.dtype} {m.shape}"
+                    )
                 setattr(self, k, m)
 
     @property
@@ -72,7 +76,10 @@ class Dataset:
         return None if self.x is None else int(self.x.shape[1])
 
     def __repr__(self) -> str:
-        f = f", features={self.x.shape[1]}{' sparse' if sp.issparse(self.x) else ''}" \
-            if self.x is not None else ""
+        f = (
+            f", features={self.x.shape[1]}{' sparse' if sp.issparse(self.x) else ''}"
+            if self.x is not None
+            else ""
+        )
         c = f", classes={self.num_classes}" if self.num_classes else ""
         return f"Dataset({self.name!r}, {self.graph}{f}{c})"

@@ -20,8 +20,17 @@ import numpy as np
 from .core import Graph, index_dtype
 from .dataset import Dataset
 
-__all__ = ["rmat", "rmat_n", "planted_partition", "make_split", "StandinSpec", "STANDINS",
-           "standin", "standin_edge_cap", "resolve"]
+__all__ = [
+    "rmat",
+    "rmat_n",
+    "planted_partition",
+    "make_split",
+    "StandinSpec",
+    "STANDINS",
+    "standin",
+    "standin_edge_cap",
+    "resolve",
+]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -148,8 +157,17 @@ def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progre
             e1 = min(e0 + _CHUNK, num_draws)
             _rmat_fill(e0, src[e0:e1], dst[e0:e1], scale, ta, tab, tabc, key, perm, n)
             if rewire is not None and rewire.num_classes > 1:
-                _rewire_fill(e0, src[e0:e1], dst[e0:e1], scale, key, _threshold(rewire.prob),
-                             rewire.order, rewire.pos, rewire.num_classes)
+                _rewire_fill(
+                    e0,
+                    src[e0:e1],
+                    dst[e0:e1],
+                    scale,
+                    key,
+                    _threshold(rewire.prob),
+                    rewire.order,
+                    rewire.pos,
+                    rewire.num_classes,
+                )
             pb.update(e1 - e0)
     return src, dst
 
@@ -303,9 +321,18 @@ def _graph(indptr, indices, n, symmetric) -> Graph:
 
 
 # ---- R-MAT --------------------------------------------------------------------------------
-def rmat(scale: int, edge_factor: int = 16, *, a: float = 0.57, b: float = 0.19,
-         c: float = 0.19, seed: int = 0, symmetric: bool = True, permute: bool = True,
-         progress: bool = False) -> Graph:
+def rmat(
+    scale: int,
+    edge_factor: int = 16,
+    *,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    seed: int = 0,
+    symmetric: bool = True,
+    permute: bool = True,
+    progress: bool = False,
+) -> Graph:
     """Graph500 R-MAT graph with N = 2**scale nodes from M = edge_factor * N drawn edges.
 
     Each edge picks one quadrant per level with probabilities (a, b, c, 1-a-b-c); vertex
@@ -317,15 +344,22 @@ def rmat(scale: int, edge_factor: int = 16, *, a: float = 0.57, b: float = 0.19,
     if scale < 0 or edge_factor < 0:
         raise ValueError(f"scale and edge_factor must be >= 0, got {scale}, {edge_factor}")
     n = 2**scale
-    edges = list(_rmat_edges(edge_factor * n, scale, n, a, b, c, seed, permute,
-                             progress=progress))
+    edges = list(_rmat_edges(edge_factor * n, scale, n, a, b, c, seed, permute, progress=progress))
     indptr, indices, _ = _build_csr(edges, n, symmetric)
     return _graph(indptr, indices, n, symmetric)
 
 
-def rmat_n(num_nodes: int, num_edges: int, *, a: float = 0.57, b: float = 0.19,
-           c: float = 0.19, seed: int = 0, symmetric: bool = True,
-           progress: bool = False) -> Graph:
+def rmat_n(
+    num_nodes: int,
+    num_edges: int,
+    *,
+    a: float = 0.57,
+    b: float = 0.19,
+    c: float = 0.19,
+    seed: int = 0,
+    symmetric: bool = True,
+    progress: bool = False,
+) -> Graph:
     """R-MAT graph with any node count and about ``num_edges`` distinct entries.
 
     Edges are drawn over the next power of two 2**k >= num_nodes; after the random vertex
@@ -344,12 +378,13 @@ def rmat_n(num_nodes: int, num_edges: int, *, a: float = 0.57, b: float = 0.19,
 def _rmat_n(num_nodes, num_edges, a, b, c, seed, symmetric, progress, rewire) -> Graph:
     n = int(num_nodes)
     if n < 1 or num_edges < 0:
-        raise ValueError(f"need num_nodes >= 1 and num_edges >= 0, got {num_nodes}, "
-                         f"{num_edges}")
+        raise ValueError(f"need num_nodes >= 1 and num_edges >= 0, got {num_nodes}, {num_edges}")
     target = int(num_edges)
     if target > n * (n - 1):
-        warnings.warn(f"rmat_n: {target:,} entries requested but {n:,} nodes have only "
-                      f"{n * (n - 1):,} pairs", stacklevel=3)
+        warnings.warn(
+            f"rmat_n: {target:,} entries requested but {n:,} nodes have only {n * (n - 1):,} pairs",
+            stacklevel=3,
+        )
         target = n * (n - 1)
     if target == 0:
         return _graph(np.zeros(n + 1, np.int64), np.empty(0, index_dtype(n)), n, symmetric)
@@ -363,8 +398,11 @@ def _rmat_n(num_nodes, num_edges, a, b, c, seed, symmetric, progress, rewire) ->
         if distinct >= target:
             break
         if draws >= cap:
-            warnings.warn(f"rmat_n: {distinct:,} of {target:,} entries reached with "
-                          f"{draws:,} draws ({n:,} nodes)", stacklevel=3)
+            warnings.warn(
+                f"rmat_n: {distinct:,} of {target:,} entries reached with "
+                f"{draws:,} draws ({n:,} nodes)",
+                stacklevel=3,
+            )
             break
         ratio = distinct / max(_expected_entries(k, a, b, c, draws, symmetric), 1.0)
         need = _draws_for(target / max(ratio, 1e-3), k, a, b, c, symmetric)
@@ -375,8 +413,7 @@ def _rmat_n(num_nodes, num_edges, a, b, c, seed, symmetric, progress, rewire) ->
 @functools.lru_cache(maxsize=8)
 def _compositions(k: int):
     """Level-quadrant counts (na, nb, nc, nd) summing to k and their multiplicities."""
-    na, nb, nc = np.meshgrid(np.arange(k + 1), np.arange(k + 1), np.arange(k + 1),
-                             indexing="ij")
+    na, nb, nc = np.meshgrid(np.arange(k + 1), np.arange(k + 1), np.arange(k + 1), indexing="ij")
     na, nb, nc = na.ravel(), nb.ravel(), nc.ravel()
     ok = na + nb + nc <= k
     na, nb, nc = na[ok], nb[ok], nc[ok]
@@ -423,8 +460,20 @@ def _draws_for(target, k, a, b, c, symmetric) -> float:
 
 
 # ---- planted partition --------------------------------------------------------------------
-def make_split(y, num_classes: int, train_per_class: int = 20, val_per_class: int = 30,
-               seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:
+    """Rows lb..ub-1 of a deterministic random float32 [N, dim] matrix, the same whatever
+    the split: block b of ``block`` rows comes from its own seeded generator."""
+    out = np.empty((ub - lb, dim), np.float32)
+    for b in range(lb // block, -(-ub // block)):
+        rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)
+        a, z = max(lb, b * block), min(ub, (b + 1) * block)
+        out[a - lb : z - lb] = rows[a - b * block : z - b * block]
+    return out
+
+
+def make_split(
+    y, num_classes: int, train_per_class: int = 20, val_per_class: int = 30, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Seeded per-class split: bool masks (train, val, test), each [N], disjoint, covering.
 
     In every class, nodes in random order go ``train_per_class`` to train, the next
@@ -434,8 +483,7 @@ def make_split(y, num_classes: int, train_per_class: int = 20, val_per_class: in
     y = np.asarray(y)
     n = y.size
     if n and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes}), found "
-                         f"[{y.min()}, {y.max()}]")
+        raise ValueError(f"labels must lie in [0, {num_classes}), found [{y.min()}, {y.max()}]")
     rng = np.random.default_rng([seed, 0x5E1, 7])
     shuffled = rng.permutation(n)
     order = shuffled[np.argsort(y[shuffled], kind="stable")]
@@ -457,16 +505,23 @@ def _class_features(y, num_classes, dim, noise, seed) -> np.ndarray:
     x = rng.standard_normal((y.size, dim), dtype=np.float32)
     step = max(1, (1 << 22) // max(dim, 1))
     for lo in range(0, y.size, step):
-        part = x[lo:lo + step]
+        part = x[lo : lo + step]
         if noise != 1.0:
             part *= np.float32(noise)
-        part += cent[y[lo:lo + step]]
+        part += cent[y[lo : lo + step]]
     return x
 
 
-def planted_partition(num_nodes: int, num_classes: int, *, avg_degree: float = 10,
-                      p_in: float = 0.8, num_features: int = 32, feature_noise: float = 1.0,
-                      seed: int = 0) -> Dataset:
+def planted_partition(
+    num_nodes: int,
+    num_classes: int,
+    *,
+    avg_degree: float = 10,
+    p_in: float = 0.8,
+    num_features: int = 32,
+    feature_noise: float = 1.0,
+    seed: int = 0,
+) -> Dataset:
     """Degree-corrected stochastic block model with learnable labels.
 
     Classes are balanced (sizes differ by at most one). Node weights follow a power law
@@ -506,17 +561,34 @@ def planted_partition(num_nodes: int, num_classes: int, *, avg_degree: float = 1
         if distinct >= target:
             break
         if draws >= cap:
-            warnings.warn(f"planted_partition: {distinct:,} of {target:,} entries reached",
-                          stacklevel=2)
+            warnings.warn(
+                f"planted_partition: {distinct:,} of {target:,} entries reached", stacklevel=2
+            )
             break
         draws = min(cap, int(draws * max(1.2, 1.05 * target / max(distinct, 1))))
     graph = _graph(indptr, indices, n, True)
     x = _class_features(y, nc, num_features, feature_noise, seed) if num_features else None
     train, val, test = make_split(y, nc, seed=seed)
-    params = dict(num_nodes=n, num_classes=nc, avg_degree=avg_degree, p_in=p_in,
-                  num_features=num_features, feature_noise=feature_noise, seed=seed)
-    return Dataset(f"planted-n{n}-c{nc}", graph, x, y, train, val, test, nc,
-                   meta={"generator": "planted_partition", "params": params})
+    params = dict(
+        num_nodes=n,
+        num_classes=nc,
+        avg_degree=avg_degree,
+        p_in=p_in,
+        num_features=num_features,
+        feature_noise=feature_noise,
+        seed=seed,
+    )
+    return Dataset(
+        f"planted-n{n}-c{nc}",
+        graph,
+        x,
+        y,
+        train,
+        val,
+        test,
+        nc,
+        meta={"generator": "planted_partition", "params": params},
+    )
 
 
 @numba.njit(parallel=True, cache=True)
@@ -571,8 +643,7 @@ STANDINS: dict[str, StandinSpec] = {
 }
 
 
-def standin(name: str, scale: float = 1.0, seed: int = 0, *,
-            with_features: bool = True) -> Dataset:
+def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool = True) -> Dataset:
     """A synthetic graph the size of one of MGG's datasets, scaled by ``scale``.
 
     nodes = max(2, round(N*scale)), edges = round(E*scale) CSR entries (average degree
@@ -593,14 +664,28 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *,
     edges = min(wanted, standin_edge_cap(n))
     rewire = _Rewire.make(n, spec.classes, STANDIN_HOMOPHILY, seed)
     graph = _rmat_n(n, edges, 0.57, 0.19, 0.19, seed, not spec.directed, False, rewire)
-    meta = {"generator": "standin", "standin_of": name, "source": spec.source,
-            "paper": {"nodes": spec.nodes, "edges": spec.edges, "features": spec.features,
-                      "classes": spec.classes},
-            "params": {"scale": scale, "seed": seed, "nodes": n, "edges": edges,
-                       "edges_capped": edges < wanted,
-                       "rmat": {"a": 0.57, "b": 0.19, "c": 0.19},
-                       "homophily_rewire": STANDIN_HOMOPHILY,
-                       "directed": spec.directed, "with_features": with_features}}
+    meta = {
+        "generator": "standin",
+        "standin_of": name,
+        "source": spec.source,
+        "paper": {
+            "nodes": spec.nodes,
+            "edges": spec.edges,
+            "features": spec.features,
+            "classes": spec.classes,
+        },
+        "params": {
+            "scale": scale,
+            "seed": seed,
+            "nodes": n,
+            "edges": edges,
+            "edges_capped": edges < wanted,
+            "rmat": {"a": 0.57, "b": 0.19, "c": 0.19},
+            "homophily_rewire": STANDIN_HOMOPHILY,
+            "directed": spec.directed,
+            "with_features": with_features,
+        },
+    }
     if not with_features:
         return Dataset(name, graph, num_classes=spec.classes, meta=meta)
     y = rewire.labels()
@@ -619,8 +704,9 @@ def _standin_spec(name: str) -> StandinSpec:
     try:
         return STANDINS[name]
     except KeyError:
-        raise ValueError(f"unknown stand-in {name!r}; choose one of "
-                         f"{', '.join(STANDINS)}") from None
+        raise ValueError(
+            f"unknown stand-in {name!r}; choose one of {', '.join(STANDINS)}"
+        ) from None
 
 
 # ---- CLI specs ------------------------------------------------------------------------------
@@ -649,8 +735,12 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     if name in STANDINS:
         _check_keys(kv, _STANDIN_KEYS, name)
         s = kv.get("scale", 1.0 if scale is None else scale)
-        return standin(name, float(s), int(kv.get("seed", seed)),
-                       with_features=bool(int(kv.get("features", 1))))
+        return standin(
+            name,
+            float(s),
+            int(kv.get("seed", seed)),
+            with_features=bool(int(kv.get("features", 1))),
+        )
     if name == "rmat":
         _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
         k, ef, sd = int(kv["scale"]), int(kv.get("ef", 16)), int(kv.get("seed", seed))
@@ -661,14 +751,19 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         return Dataset(f"rmat-s{k}-ef{ef}", g, meta={"generator": "rmat", "params": params})
     if name == "planted":
         _check_keys(kv, _PLANTED_KEYS, name, required=("nodes", "classes"))
-        return planted_partition(int(kv["nodes"]), int(kv["classes"]),
-                                 avg_degree=float(kv.get("degree", 10)),
-                                 p_in=float(kv.get("p_in", 0.8)),
-                                 num_features=int(kv.get("features", 32)),
-                                 feature_noise=float(kv.get("noise", 1.0)),
-                                 seed=int(kv.get("seed", seed)))
-    raise ValueError(f"unknown graph {spec!r}: not an existing file, and not one of "
-                     f"{', '.join(STANDINS)}, rmat, planted")
+        return planted_partition(
+            int(kv["nodes"]),
+            int(kv["classes"]),
+            avg_degree=float(kv.get("degree", 10)),
+            p_in=float(kv.get("p_in", 0.8)),
+            num_features=int(kv.get("features", 32)),
+            feature_noise=float(kv.get("noise", 1.0)),
+            seed=int(kv.get("seed", seed)),
+        )
+    raise ValueError(
+        f"unknown graph {spec!r}: not an existing file, and not one of "
+        f"{', '.join(STANDINS)}, rmat, planted"
+    )
 
 
 def _parse_kv(text: str, spec: str) -> dict[str, float]:
@@ -688,9 +783,9 @@ def _parse_kv(text: str, spec: str) -> dict[str, float]:
 def _check_keys(kv, valid, name, required=()):
     bad = sorted(set(kv) - set(valid))
     if bad:
-        raise ValueError(f"unknown key(s) {', '.join(bad)} for {name!r}; valid keys: "
-                         f"{', '.join(valid)}")
+        raise ValueError(
+            f"unknown key(s) {', '.join(bad)} for {name!r}; valid keys: {', '.join(valid)}"
+        )
     missing = [k for k in required if k not in kv]
     if missing:
-        raise ValueError(f"{name!r} needs {', '.join(missing)}; valid keys: "
-                         f"{', '.join(valid)}")
+        raise ValueError(f"{name!r} needs {', '.join(missing)}; valid keys: {', '.join(valid)}")

@@ -12,8 +12,16 @@ from .reference import check_op
 __all__ = ["aggregate", "gather_halo", "OPS"]
 
 
-def aggregate(plan: PartitionPlan, x, op: str = "sum", *, halo=None, eps: float = 0.0,
-              out=None, backend: str = "cpu"):
+def aggregate(
+    plan: PartitionPlan,
+    x,
+    op: str = "sum",
+    *,
+    halo=None,
+    eps: float = 0.0,
+    out=None,
+    backend: str = "cpu",
+):
     """One rank's aggregation over its local and remote neighbor partitions.
 
     x     [n_local, D]  this rank's rows (rows lb..ub-1 of the layer input; extra rows of a
@@ -26,13 +34,16 @@ def aggregate(plan: PartitionPlan, x, op: str = "sum", *, halo=None, eps: float 
     check_op(op, plan.has_weights)
     n = plan.num_local_nodes
     if x.ndim != 2 or x.shape[0] < n:
-        raise ValueError(f"x has shape {x.shape}, expected at least ({n}, D) rows for rank "
-                         f"{plan.rank}")
+        raise ValueError(
+            f"x has shape {x.shape}, expected at least ({n}, D) rows for rank {plan.rank}"
+        )
     d = x.shape[1]
     if plan.num_remote_edges:
         if halo is None:
-            raise ValueError(f"rank {plan.rank} has {plan.num_remote_edges} remote edges: pass "
-                             f"the fetched rows as halo [{plan.num_halo}, {d}]")
+            raise ValueError(
+                f"rank {plan.rank} has {plan.num_remote_edges} remote edges: pass "
+                f"the fetched rows as halo [{plan.num_halo}, {d}]"
+            )
         if halo.ndim != 2 or halo.shape[0] < plan.num_halo or halo.shape[1] != d:
             raise ValueError(f"halo has shape {halo.shape}, expected ({plan.num_halo}, {d})")
     if out is None:
@@ -42,12 +53,14 @@ def aggregate(plan: PartitionPlan, x, op: str = "sum", *, halo=None, eps: float 
     if backend == "cpu":
         cpu.init_out(op, x, out, eps)
         w = plan.local_weights if op == "gcn" else None
-        cpu.accumulate(plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices,
-                       w, x, out)
+        cpu.accumulate(
+            plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, out
+        )
         if plan.num_remote_edges:
             w = plan.remote_weights if op == "gcn" else None
-            cpu.accumulate(plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size,
-                           plan.remote_slot, w, halo, out)
+            cpu.accumulate(
+                plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
+            )
         cpu.finalize(op, plan.in_degrees(), out)
         return out
     raise ValueError(f"unknown backend {backend!r}; choose 'cpu'")

@@ -43,8 +43,12 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
         return
     nchunks = min(numba.get_num_threads() * 2, k1 - k0)
     e0, e1 = part_ptr[k0], part_ptr[k1]
-    cuts = np.searchsorted(part_ptr[k0:k1 + 1], e0 + (e1 - e0) * np.arange(nchunks + 1)
-                           // nchunks, side="left").astype(np.int64) + k0
+    cuts = (
+        np.searchsorted(
+            part_ptr[k0 : k1 + 1], e0 + (e1 - e0) * np.arange(nchunks + 1) // nchunks, side="left"
+        ).astype(np.int64)
+        + k0
+    )
     cuts[0], cuts[-1] = k0, k1
     carry = np.zeros((nchunks, out.shape[1]), out.dtype)
     if weights is None:
@@ -54,6 +58,8 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     _add_carry(part_node, cuts, out, carry)
 
 
+# The hot loops index 2-D arrays element-wise: taking row views (src[u], out[v]) makes numba
+# update a shared reference count atomically on every edge, which serializes the threads.
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
     d = out.shape[1]
@@ -62,11 +68,16 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
         for k in range(c0, c1):
             v = part_node[k]
-            dst = carry[c] if straddle and v == part_node[c0] else out[v]
-            for e in range(part_ptr[k], part_ptr[k + 1]):
-                row = src[indices[e]]
-                for j in range(d):
-                    dst[j] += row[j]
+            if straddle and v == part_node[c0]:
+                for e in range(part_ptr[k], part_ptr[k + 1]):
+                    u = indices[e]
+                    for j in range(d):
+                        carry[c, j] += src[u, j]
+            else:
+                for e in range(part_ptr[k], part_ptr[k + 1]):
+                    u = indices[e]
+                    for j in range(d):
+                        out[v, j] += src[u, j]
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
@@ -77,12 +88,18 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
         for k in range(c0, c1):
             v = part_node[k]
-            dst = carry[c] if straddle and v == part_node[c0] else out[v]
-            for e in range(part_ptr[k], part_ptr[k + 1]):
-                row = src[indices[e]]
-                w = weights[e]
-                for j in range(d):
-                    dst[j] += w * row[j]
+            if straddle and v == part_node[c0]:
+                for e in range(part_ptr[k], part_ptr[k + 1]):
+                    u = indices[e]
+                    w = weights[e]
+                    for j in range(d):
+                        carry[c, j] += w * src[u, j]
+            else:
+                for e in range(part_ptr[k], part_ptr[k + 1]):
+                    u = indices[e]
+                    w = weights[e]
+                    for j in range(d):
+                        out[v, j] += w * src[u, j]
 
 
 @numba.njit(cache=True)
@@ -90,13 +107,16 @@ def _add_carry(part_node, cuts, out, carry):
     for c in range(1, cuts.size - 1):
         c0 = cuts[c]
         if c0 < cuts[c + 1] and part_node[c0] == part_node[c0 - 1]:
-            out[part_node[c0]] += carry[c]
+            v = part_node[c0]
+            for j in range(out.shape[1]):
+                out[v, j] += carry[c, j]
 
 
 @numba.njit(cache=True, parallel=True)
 def _zero(out):
     for i in numba.prange(out.shape[0]):
-        out[i] = 0
+        for j in range(out.shape[1]):
+            out[i, j] = 0
 
 
 @numba.njit(cache=True, parallel=True)

@@ -42,8 +42,7 @@ def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int) -> RankE
     lb, ub = int(bounds[rank]), int(bounds[rank + 1])
     n = ub - lb
     if row_indptr.size != n + 1:
-        raise ValueError(f"rank {rank} owns {n} rows but row_indptr has {row_indptr.size} "
-                         f"entries")
+        raise ValueError(f"rank {rank} owns {n} rows but row_indptr has {row_indptr.size} entries")
     has_w = row_weights is not None
     w = row_weights if has_w else np.empty(0, np.float32)
     n_local = np.empty(n, np.int64)
@@ -56,13 +55,33 @@ def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int) -> RankE
     remote_src = np.empty(er, np.int64)
     lw = np.empty(el if has_w else 0, np.float32)
     rw = np.empty(er if has_w else 0, np.float32)
-    _fill(row_indptr, row_indices, w, has_w, lb, ub, local_indptr, remote_indptr,
-          local_indices, lw, remote_src, rw)
+    _fill(
+        row_indptr,
+        row_indices,
+        w,
+        has_w,
+        lb,
+        ub,
+        local_indptr,
+        remote_indptr,
+        local_indices,
+        lw,
+        remote_src,
+        rw,
+    )
     remote_slot, halo_src = _first_use_slots(remote_src, int(bounds[-1]))
     halo_pe = (np.searchsorted(bounds, halo_src, side="right") - 1).astype(np.int32)
     halo_row = (halo_src - bounds[halo_pe]).astype(np.int32)
-    return RankEdges(local_indptr, local_indices, lw if has_w else None, remote_indptr,
-                     remote_slot, rw if has_w else None, halo_pe, halo_row)
+    return RankEdges(
+        local_indptr,
+        local_indices,
+        lw if has_w else None,
+        remote_indptr,
+        remote_slot,
+        rw if has_w else None,
+        halo_pe,
+        halo_row,
+    )
 
 
 def column_slice(indptr, indices, weights, lb: int, ub: int):
@@ -79,8 +98,17 @@ def column_slice(indptr, indices, weights, lb: int, ub: int):
     np.cumsum(counts, out=t_indptr[1:])
     t_indices = np.empty(int(t_indptr[-1]), np.int64)
     t_w = np.empty(t_indices.size if has_w else 0, np.float32)
-    _fill_columns(indptr, indices, weights if has_w else np.empty(0, np.float32), has_w, lb,
-                  ub, t_indptr[:-1].copy(), t_indices, t_w)
+    _fill_columns(
+        indptr,
+        indices,
+        weights if has_w else np.empty(0, np.float32),
+        has_w,
+        lb,
+        ub,
+        t_indptr[:-1].copy(),
+        t_indices,
+        t_w,
+    )
     return t_indptr, t_indices, (t_w if has_w else None)
 
 

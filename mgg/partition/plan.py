@@ -120,8 +120,15 @@ class PartitionPlan:
         t = None
         if not self.symmetric and self._transposed is not None:
             t = self._transposed.with_ps(ps)
-        return replace(self, ps=int(ps), lnp_ptr=_frozen(lnp_ptr), lnp_node=_frozen(lnp_node),
-                       rnp_ptr=_frozen(rnp_ptr), rnp_node=_frozen(rnp_node), _transposed=t)
+        return replace(
+            self,
+            ps=int(ps),
+            lnp_ptr=_frozen(lnp_ptr),
+            lnp_node=_frozen(lnp_node),
+            rnp_ptr=_frozen(rnp_ptr),
+            rnp_node=_frozen(rnp_node),
+            _transposed=t,
+        )
 
     # ---- facts ---------------------------------------------------------------------------
     def halo_rows_per_peer(self) -> np.ndarray:
@@ -130,13 +137,16 @@ class PartitionPlan:
 
     def stats(self) -> dict:
         return {
-            "rank": self.rank, "lb": self.lb, "ub": self.ub,
+            "rank": self.rank,
+            "lb": self.lb,
+            "ub": self.ub,
             "nodes": self.num_local_nodes,
             "local_edges": self.num_local_edges,
             "remote_edges": self.num_remote_edges,
             "halo_rows": self.num_halo,
             "halo_rows_per_peer": self.halo_rows_per_peer().tolist(),
-            "lnp": int(self.lnp_node.size), "rnp": int(self.rnp_node.size),
+            "lnp": int(self.lnp_node.size),
+            "rnp": int(self.rnp_node.size),
         }
 
     def fingerprint(self) -> str:
@@ -146,8 +156,16 @@ class PartitionPlan:
         return h.hexdigest()[:16]
 
 
-def build_plan(graph: Graph, num_ranks: int, ps: int = 16, *, rank: int | None = None,
-               mode: str = "edges", transposed: bool = True, progress_bar=None):
+def build_plan(
+    graph: Graph,
+    num_ranks: int,
+    ps: int = 16,
+    *,
+    rank: int | None = None,
+    mode: str = "edges",
+    transposed: bool = True,
+    progress_bar=None,
+):
     """Partition ``graph`` for ``num_ranks`` ranks.
 
     Returns a list of P PartitionPlans, or the one plan of ``rank`` when given (what an
@@ -167,20 +185,26 @@ def build_plan(graph: Graph, num_ranks: int, ps: int = 16, *, rank: int | None =
     symmetric = bool(graph.symmetric)
     need_t = transposed and not symmetric
     gt = graph.transpose() if need_t and rank is None else None
-    bar = progress(total=len(ranks) * (2 if need_t else 1), desc="partition",
-                   enable=progress_bar if progress_bar is not None else
-                   (None if graph.num_edges > 10_000_000 else False))
+    bar = progress(
+        total=len(ranks) * (2 if need_t else 1),
+        desc="partition",
+        enable=progress_bar
+        if progress_bar is not None
+        else (None if graph.num_edges > 10_000_000 else False),
+    )
     plans = []
     with bar:
         for r in ranks:
             lb, ub = int(bounds[r]), int(bounds[r + 1])
-            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric,
-                             *_row_slice(graph, lb, ub))
+            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, *_row_slice(graph, lb, ub))
             bar.update()
             t = None
             if need_t:
-                rows = _row_slice(gt, lb, ub) if gt is not None else \
-                    column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
+                rows = (
+                    _row_slice(gt, lb, ub)
+                    if gt is not None
+                    else column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
+                )
                 t = _rank_plan(r, bounds, ps, graph.num_edges, False, *rows)
                 bar.update()
             plans.append(replace(fwd, _transposed=t) if t is not None else fwd)
@@ -195,7 +219,10 @@ def plan_stats(plans: list[PartitionPlan], plan_seconds: float | None = None) ->
     halo = int(sum(q.num_halo for q in plans))
     e = int(edges.sum())
     out = {
-        "num_nodes": p0.num_nodes, "num_edges": e, "np": p0.num_ranks, "ps": p0.ps,
+        "num_nodes": p0.num_nodes,
+        "num_edges": e,
+        "np": p0.num_ranks,
+        "ps": p0.ps,
         "nodes_per_rank": np.diff(p0.bounds).tolist(),
         "edges_per_rank": edges.tolist(),
         "imbalance": float(edges.max() / edges.mean()) if e else 1.0,
@@ -215,7 +242,7 @@ def plan_stats(plans: list[PartitionPlan], plan_seconds: float | None = None) ->
 def _row_slice(g: Graph, lb: int, ub: int):
     a, b = int(g.indptr[lb]), int(g.indptr[ub])
     w = None if g.weights is None else g.weights[a:b]
-    return g.indptr[lb:ub + 1] - a, g.indices[a:b], w
+    return g.indptr[lb : ub + 1] - a, g.indices[a:b], w
 
 
 def _rank_plan(rank, bounds, ps, num_edges, symmetric, indptr, indices, weights):
@@ -223,10 +250,18 @@ def _rank_plan(rank, bounds, ps, num_edges, symmetric, indptr, indices, weights)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
     arrays = {k: _frozen(v) for k, v in re._asdict().items()}
-    return PartitionPlan(rank=rank, bounds=_frozen(bounds), ps=int(ps), num_edges=num_edges,
-                         lnp_ptr=_frozen(lnp_ptr), lnp_node=_frozen(lnp_node),
-                         rnp_ptr=_frozen(rnp_ptr), rnp_node=_frozen(rnp_node),
-                         symmetric=symmetric, **arrays)
+    return PartitionPlan(
+        rank=rank,
+        bounds=_frozen(bounds),
+        ps=int(ps),
+        num_edges=num_edges,
+        lnp_ptr=_frozen(lnp_ptr),
+        lnp_node=_frozen(lnp_node),
+        rnp_ptr=_frozen(rnp_ptr),
+        rnp_node=_frozen(rnp_node),
+        symmetric=symmetric,
+        **arrays,
+    )
 
 
 def _frozen(a):

@@ -1,0 +1,255 @@
+"""The MPI backend of mgg.comm: symmetric arrays in MPI windows (CPU).
+
+Two window modes:
+  shm  MPI_Win_allocate_shared on one node: every peer's rows are plain memory, read
+       with loads (the CPU twin of nvshmem_ptr). Needs all ranks on one node.
+  rma  MPI_Win_allocate with a passive-target epoch held open: rows are read with
+       MPI_Rget of indexed datatypes, one call per batch of rows. Crosses nodes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+from .base import Comm, SymmetricArray
+
+_abort_installed = False
+
+
+def _mpi():
+    from mpi4py import MPI
+
+    return MPI
+
+
+def install_abort_handler(comm) -> None:
+    """Make an uncaught exception (or a non-zero exit) on any rank abort the whole job.
+
+    Without this, the other ranks would wait forever in their next collective.
+    """
+    global _abort_installed
+    if _abort_installed or comm.Get_size() == 1:
+        return
+    _abort_installed = True
+    prev_hook = sys.excepthook
+
+    def hook(kind, value, tb):
+        if issubclass(kind, SystemExit) and value.code in (0, None):
+            return prev_hook(kind, value, tb)
+        prev_hook(kind, value, tb)
+        sys.stderr.write(
+            f"mgg: rank {comm.Get_rank()} failed; aborting all {comm.Get_size()} ranks\n"
+        )
+        sys.stderr.flush()
+        comm.Abort(1)
+
+    sys.excepthook = hook
+    threading.excepthook = lambda a: hook(a.exc_type, a.exc_value, a.exc_traceback)
+
+
+class MPIComm(Comm):
+    """mgg.comm over mpi4py. ``window``: 'shm', 'rma' or 'auto' (shm when on one node)."""
+
+    def __init__(self, comm=None, window: str = "auto"):
+        MPI = _mpi()
+        self.MPI = MPI
+        self.comm = comm if comm is not None else MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.size = self.comm.Get_size()
+        self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.single_node = self.comm.allreduce(self.node.Get_size()) == self.size**2
+        if window not in ("auto", "shm", "rma"):
+            raise ValueError(f"window must be 'auto', 'shm' or 'rma', got {window!r}")
+        if window == "shm" and not self.single_node:
+            raise ValueError("window='shm' needs every rank on one node; use 'rma' or 'auto'")
+        self.window = ("shm" if self.single_node else "rma") if window == "auto" else window
+        install_abort_handler(self.comm)
+
+    # ---- collectives ---------------------------------------------------------------------
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    def allreduce(self, a: np.ndarray, op: str = "sum") -> np.ndarray:
+        MPI = self.MPI
+        a = np.ascontiguousarray(a)
+        out = np.empty_like(a)
+        self.comm.Allreduce(a, out, op={"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+        return out
+
+    def bcast(self, obj, root: int = 0):
+        return self.comm.bcast(obj, root=root)
+
+    def allgather(self, obj) -> list:
+        return self.comm.allgather(obj)
+
+    def alltoall(self, objs: list) -> list:
+        return self.comm.alltoall(objs)
+
+    def alltoallv(self, send: np.ndarray, send_counts, recv: np.ndarray, recv_counts) -> None:
+        """Rows of send [sum(send_counts), D] go to each peer; recv likewise (row counts)."""
+        d = int(np.prod(send.shape[1:])) if send.ndim > 1 else 1
+        sc = np.asarray(send_counts, np.int64) * d
+        rc = np.asarray(recv_counts, np.int64) * d
+        sd = np.concatenate([[0], np.cumsum(sc)[:-1]])
+        rd = np.concatenate([[0], np.cumsum(rc)[:-1]])
+        mt = self.MPI._typedict[send.dtype.char]
+        self.comm.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
+
+    def abort(self, code: int = 1) -> None:
+        self.comm.Abort(code)
+
+    # ---- symmetric memory ----------------------------------------------------------------
+    def symmetric(self, rows: int, dim: int, dtype=np.float32, window=None) -> SymmetricArray:
+        """Collective: a [rows, dim] array on every rank, readable by every peer."""
+        rows, dim = int(rows), int(dim)
+        sizes = self.comm.allgather((rows, dim, np.dtype(dtype).str))
+        if len(set(sizes)) != 1:
+            raise ValueError(
+                f"symmetric arrays must have the same shape on every rank, got {sorted(set(sizes))}"
+            )
+        mode = window or self.window
+        if mode == "shm" and not self.single_node:
+            raise ValueError("window='shm' needs every rank on one node")
+        return MPISymmetricArray(self, rows, dim, np.dtype(dtype), mode)
+
+
+class RowSelection:
+    """A fixed transfer from one peer: its rows ``rows`` into ``slots`` of the receiving
+    buffer (consecutive rows when slots is None), as committed MPI datatypes."""
+
+    def __init__(self, sym: MPISymmetricArray, pe: int, rows, slots=None):
+        self.pe = int(pe)
+        self.rows = np.ascontiguousarray(rows, np.int64)
+        self.slots = None if slots is None else np.ascontiguousarray(slots, np.int64)
+        if self.slots is not None and self.slots.size != self.rows.size:
+            raise ValueError(f"{self.rows.size} rows but {self.slots.size} slots")
+        if self.rows.size and (self.rows.min() < 0 or self.rows.max() >= sym.rows):
+            raise ValueError(f"rows outside [0, {sym.rows}) requested from rank {pe}")
+        self.target = self.origin = None
+        if sym.mode == "rma" and self.rows.size:
+            self.target = sym._indexed(self.rows)
+            if self.slots is not None:
+                self.origin = sym._indexed(self.slots)
+
+    @property
+    def size(self) -> int:
+        return int(self.rows.size)
+
+    def free(self) -> None:
+        for t in (self.target, self.origin):
+            if t is not None:
+                t.Free()
+        self.target = self.origin = None
+
+
+class MPISymmetricArray(SymmetricArray):
+    def __init__(self, comm: MPIComm, rows: int, dim: int, dtype: np.dtype, mode: str):
+        MPI = comm.MPI
+        self.comm, self.rows, self.dim, self.dtype, self.mode = comm, rows, dim, dtype, mode
+        self.itemsize = dtype.itemsize
+        nbytes = max(rows * dim * self.itemsize, 1)
+        info = MPI.Info.Create()
+        info.Set("same_size", "true")
+        if mode == "shm":
+            self.win = MPI.Win.Allocate_shared(nbytes, self.itemsize, info=info, comm=comm.node)
+            self._node_view = self._map_node()
+            self.local = self.peer(comm.node.Get_rank())
+        else:
+            self.win = MPI.Win.Allocate(nbytes, self.itemsize, info=info, comm=comm.comm)
+            buf = np.frombuffer(self.win.tomemory(), dtype=dtype, count=rows * dim)
+            self.local = buf.reshape(rows, dim)
+            self._node_view = None
+        info.Free()
+        self.win.Lock_all(MPI.MODE_NOCHECK)
+        self._row_type = MPI._typedict[dtype.char].Create_contiguous(max(dim, 1)).Commit()
+
+    def _map_node(self):
+        """One array over the node's segments: rows of node-rank i start at i * rows."""
+        MPI = self.comm.MPI
+        node = self.comm.node
+        base, _ = self.win.Shared_query(0)
+        base_addr = MPI.Get_address(base)
+        row_bytes = self.dim * self.itemsize
+        for i in range(node.Get_size()):
+            mem, _ = self.win.Shared_query(i)
+            off = MPI.Get_address(mem) - base_addr
+            if row_bytes and off != i * self.rows * row_bytes:
+                raise RuntimeError(
+                    f"shared window segment of node rank {i} is at byte offset "
+                    f"{off}, not contiguous; use window='rma'"
+                )
+        total = node.Get_size() * self.rows * self.dim
+        mem = MPI.memory.fromaddress(base_addr, max(total * self.itemsize, 1))
+        return np.frombuffer(mem, dtype=self.dtype, count=total).reshape(-1, self.dim)
+
+    # ---- direct loads (shm) --------------------------------------------------------------
+    @property
+    def node_view(self) -> np.ndarray:
+        """[node_size * rows, dim]: every rank's rows; rank pe's row r is row pe*rows + r."""
+        if self._node_view is None:
+            raise ValueError("direct loads need window='shm'")
+        return self._node_view
+
+    def peer(self, pe: int) -> np.ndarray:
+        return self.node_view[pe * self.rows : (pe + 1) * self.rows]
+
+    # ---- one-sided gets ------------------------------------------------------------------
+    def publish(self) -> None:
+        """Collective: make every rank's local writes visible to all peers."""
+        self.win.Sync()
+        self.comm.barrier()
+        self.win.Sync()
+
+    def selection(self, pe: int, rows, slots=None) -> RowSelection:
+        return RowSelection(self, pe, rows, slots)
+
+    def rget(self, sel: RowSelection, out: np.ndarray):
+        """Start fetching a selection into out [*, dim]; one MPI call. Returns a request to
+        wait on, or None when the rows are already there (shm loads, empty selection)."""
+        if sel.size == 0:
+            return None
+        if self.mode == "shm":
+            src = self.peer(sel.pe)
+            if sel.slots is None:
+                out[: sel.size] = src[sel.rows]
+            else:
+                out[sel.slots] = src[sel.rows]
+            return None
+        if sel.slots is None:
+            origin = [out, sel.size, self._row_type]
+        else:
+            origin = [out, 1, sel.origin]
+        return self.win.Rget(origin, sel.pe, [0, 1, sel.target])
+
+    def get(self, pe: int, rows, out: np.ndarray) -> None:
+        """Blocking: out[i] = peer pe's row rows[i]."""
+        sel = self.selection(pe, rows)
+        try:
+            req = self.rget(sel, out)
+            if req is not None:
+                req.Wait()
+        finally:
+            sel.free()
+
+    def _indexed(self, rows: np.ndarray):
+        """Committed datatype selecting these rows of a [*, dim] buffer."""
+        MPI = self.comm.MPI
+        return (
+            MPI._typedict[self.dtype.char]
+            .Create_indexed_block(max(self.dim, 1), rows * self.dim)
+            .Commit()
+        )
+
+    def free(self) -> None:
+        """Collective: release the window (after every peer is done reading)."""
+        if self.win is None:
+            return
+        self.comm.barrier()
+        self.win.Unlock_all()
+        self._row_type.Free()
+        self.local = self._node_view = None
+        self.win.Free()
+        self.win = None

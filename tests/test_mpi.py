@@ -1,0 +1,131 @@
+"""Real mpiexec runs of the distributed runtime (oversubscribed on small machines)."""
+
+import textwrap
+
+import pytest
+
+from conftest import last_json, mpirun, shared_dataset
+
+pytestmark = pytest.mark.mpi
+
+
+def check(nprocs, graph, *extra, timeout=240):
+    r = mpirun(
+        nprocs,
+        "mgg",
+        "check",
+        graph,
+        "--op",
+        "all",
+        "--window",
+        "all",
+        "--repeat",
+        "1",
+        "--json",
+        *extra,
+        timeout=timeout,
+    )
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-2000:]
+    return last_json(r.stdout)
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
+def test_every_design_equals_scipy_on_rmat(nprocs):
+    res = check(nprocs, "rmat:scale=10,ef=8,seed=3", "--dim", "12", "--ps", "5", "--dist", "2")
+    assert res["np"] == nprocs
+    assert set(res["designs"]) == {"pipelined", "bulk_halo", "direct"}
+    runs = res["runs"]
+    assert len(runs) == 3 * 4 * 2  # designs x ops x windows
+    assert all(r["ok"] and r["max_rel_error"] < 1e-5 for r in runs), runs
+    assert all(r["seconds"] > 0 for r in runs)
+    if nprocs > 1:
+        by = {(r["design"], r["op"], r["window"]): r for r in runs}
+        # each remote row crosses once per call in the pipelined and bulk designs, once per
+        # edge in direct
+        assert (
+            by["pipelined", "sum", "rma"]["remote_bytes"]
+            == by["bulk_halo", "sum", "rma"]["remote_bytes"]
+        )
+        assert (
+            by["direct", "sum", "rma"]["remote_bytes"]
+            > by["pipelined", "sum", "rma"]["remote_bytes"]
+        )
+
+
+@pytest.mark.parametrize("name, nprocs", [("cora", 3), ("amazon_photo", 2), ("pubmed", 4)])
+def test_real_graphs(name, nprocs):
+    path = shared_dataset(name)
+    res = check(nprocs, str(path), "--dim", "8")
+    assert all(r["ok"] for r in res["runs"]), res["runs"]
+
+
+def test_more_ranks_than_nodes():
+    res = check(4, "planted:nodes=3,classes=1,degree=2", "--dim", "3")
+    assert all(r["ok"] for r in res["runs"])
+
+
+def _script(tmp_path, body):
+    p = tmp_path / "job.py"
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def test_an_exception_on_one_rank_aborts_the_job(tmp_path):
+    job = _script(
+        tmp_path,
+        """
+        import time
+        from mgg.comm import get_comm
+        comm = get_comm()
+        if comm.rank == 1:
+            raise ValueError("rank one is broken on purpose")
+        comm.barrier()  # would wait forever without the abort
+        time.sleep(60)
+    """,
+    )
+    r = mpirun(3, "python", job, timeout=60)
+    assert r.returncode != 0
+    assert "rank one is broken on purpose" in r.stderr
+    assert "aborting all 3 ranks" in r.stderr
+
+
+def test_a_cli_error_on_one_rank_aborts_the_job(tmp_path):
+    r = mpirun(2, "mgg", "check", "no-such-graph-kind:x=1", timeout=60)
+    assert r.returncode != 0
+    assert "no-such-graph-kind" in r.stderr
+
+
+def test_plans_that_differ_across_ranks_are_detected(tmp_path):
+    job = _script(
+        tmp_path,
+        """
+        from mgg.comm import get_comm
+        from mgg.graph.generators import rmat
+        from mgg.partition import build_plan
+        from mgg.kernels.distributed import Pipelined
+        comm = get_comm()
+        g = rmat(8, 4)
+        plan = build_plan(g, comm.size, 4 if comm.rank == 0 else 8, rank=comm.rank)
+        Pipelined(plan, comm, 4)
+    """,
+    )
+    r = mpirun(2, "python", job, timeout=60)
+    assert r.returncode != 0
+    assert "PlanMismatchError" in r.stderr and "plans of different partitions" in r.stderr
+
+
+def test_plan_for_another_job_size_is_rejected(tmp_path):
+    job = _script(
+        tmp_path,
+        """
+        from mgg.comm import get_comm
+        from mgg.graph.generators import rmat
+        from mgg.partition import build_plan
+        from mgg.kernels.distributed import Pipelined
+        comm = get_comm()
+        plan = build_plan(rmat(8, 4), 3, 4, rank=0)
+        Pipelined(plan, comm, 4)
+    """,
+    )
+    r = mpirun(2, "python", job, timeout=60)
+    assert r.returncode != 0 and "the plan is for 3 ranks but the job has 2" in r.stderr
