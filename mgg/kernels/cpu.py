@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
 
 OPS = ("sum", "mean", "gcn", "gin")
 
@@ -34,14 +37,16 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     part_ptr int64 [K+1], part_node int32 [K]  neighbor partitions (LNP or RNP)
     indices  int [E]    rows of ``src`` (local rows, or halo slots)
     weights  float32 [E] or None
-    src      [R, D] rows read;  out [n, D] rows written
-    Partitions are spread over threads in edge-balanced chunks; a node whose partitions
-    straddle two chunks gets its tail through a per-chunk carry row, so no two threads
-    write one row.
+    src      [R, D] rows read;  out [n, D] rows written (both C-contiguous)
+    Partitions are spread over threads in edge-balanced chunks, scheduled dynamically; a
+    node whose partitions straddle two chunks gets its tail through a per-chunk carry
+    row, so no two threads write one row.
     """
     if k1 <= k0 or out.shape[1] == 0:
         return
-    nchunks = min(numba.get_num_threads() * 2, k1 - k0)
+    if not (out.flags.c_contiguous and src.flags.c_contiguous):
+        raise ValueError("accumulate needs C-contiguous src and out arrays")
+    nchunks = min(numba.get_num_threads() * 32, k1 - k0)
     e0, e1 = part_ptr[k0], part_ptr[k1]
     cuts = (
         np.searchsorted(
@@ -51,55 +56,113 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     )
     cuts[0], cuts[-1] = k0, k1
     carry = np.zeros((nchunks, out.shape[1]), out.dtype)
-    if weights is None:
-        _accumulate(part_ptr, part_node, cuts, indices, src, out, carry)
-    else:
-        _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
+    with numba.parallel_chunksize(1):
+        if weights is None:
+            _accumulate(part_ptr, part_node, cuts, indices, src, out, carry)
+        else:
+            _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 
 
-# The hot loops index 2-D arrays element-wise: taking row views (src[u], out[v]) makes numba
-# update a shared reference count atomically on every edge, which serializes the threads.
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """Ask the CPU to start loading the cache line of arr (1-D) at flat index idx."""
+
+    def codegen(context, builder, signature, args):
+        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        i8p = ir.IntType(8).as_pointer()
+        ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), i8p)
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            "llvm.prefetch.p0i8",
+        )
+        # read, high temporal locality, data cache
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, idx), codegen
+
+
+# How far ahead (in edges) the next source rows are prefetched. Gathering rows is bound
+# by memory latency, not bandwidth; prefetching 16 edges ahead hides it (measured in
+# bench/cpu_aggregation.py: 1.3-1.6x over no prefetch).
+PREFETCH = 16
+
+
+# The hot loops use flat arrays and unsigned offsets: a signed 2-D index makes numba test
+# for negative (wraparound) indices on every access, and taking row views (src[u]) makes
+# it update a shared reference count atomically, which serializes the threads. Four
+# edges are summed per update of the output row, to shorten the chain of dependent adds.
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
-    d = out.shape[1]
+    d = np.uint64(out.shape[1])
+    sf, of, cf = src.ravel(), out.ravel(), carry.ravel()
+    last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
         for k in range(c0, c1):
             v = part_node[k]
             if straddle and v == part_node[c0]:
-                for e in range(part_ptr[k], part_ptr[k + 1]):
-                    u = indices[e]
-                    for j in range(d):
-                        carry[c, j] += src[u, j]
+                dst, base = cf, np.uint64(c) * d
             else:
-                for e in range(part_ptr[k], part_ptr[k + 1]):
-                    u = indices[e]
-                    for j in range(d):
-                        out[v, j] += src[u, j]
+                dst, base = of, np.uint64(v) * d
+            e, e1 = part_ptr[k], part_ptr[k + 1]
+            while e + 4 <= e1:
+                if e < last:
+                    for i in range(4):
+                        _prefetch(sf, np.uint64(indices[e + PREFETCH + i]) * d)
+                b0 = np.uint64(indices[e]) * d
+                b1 = np.uint64(indices[e + 1]) * d
+                b2 = np.uint64(indices[e + 2]) * d
+                b3 = np.uint64(indices[e + 3]) * d
+                for j in range(d):
+                    dst[base + j] += (sf[b0 + j] + sf[b1 + j]) + (sf[b2 + j] + sf[b3 + j])
+                e += 4
+            while e < e1:
+                b0 = np.uint64(indices[e]) * d
+                for j in range(d):
+                    dst[base + j] += sf[b0 + j]
+                e += 1
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
-    d = out.shape[1]
+    d = np.uint64(out.shape[1])
+    sf, of, cf = src.ravel(), out.ravel(), carry.ravel()
+    last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
         for k in range(c0, c1):
             v = part_node[k]
             if straddle and v == part_node[c0]:
-                for e in range(part_ptr[k], part_ptr[k + 1]):
-                    u = indices[e]
-                    w = weights[e]
-                    for j in range(d):
-                        carry[c, j] += w * src[u, j]
+                dst, base = cf, np.uint64(c) * d
             else:
-                for e in range(part_ptr[k], part_ptr[k + 1]):
-                    u = indices[e]
-                    w = weights[e]
-                    for j in range(d):
-                        out[v, j] += w * src[u, j]
+                dst, base = of, np.uint64(v) * d
+            e, e1 = part_ptr[k], part_ptr[k + 1]
+            while e + 4 <= e1:
+                if e < last:
+                    for i in range(4):
+                        _prefetch(sf, np.uint64(indices[e + PREFETCH + i]) * d)
+                b0 = np.uint64(indices[e]) * d
+                b1 = np.uint64(indices[e + 1]) * d
+                b2 = np.uint64(indices[e + 2]) * d
+                b3 = np.uint64(indices[e + 3]) * d
+                w0, w1, w2, w3 = weights[e], weights[e + 1], weights[e + 2], weights[e + 3]
+                for j in range(d):
+                    dst[base + j] += (w0 * sf[b0 + j] + w1 * sf[b1 + j]) + (
+                        w2 * sf[b2 + j] + w3 * sf[b3 + j]
+                    )
+                e += 4
+            while e < e1:
+                b0 = np.uint64(indices[e]) * d
+                w0 = weights[e]
+                for j in range(d):
+                    dst[base + j] += w0 * sf[b0 + j]
+                e += 1
 
 
 @numba.njit(cache=True)

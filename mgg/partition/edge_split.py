@@ -28,7 +28,8 @@ class RankEdges(NamedTuple):
     halo_row: np.ndarray
 
 
-def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int) -> RankEdges:
+def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int,
+               mark: np.ndarray | None = None) -> RankEdges:
     """Split rank ``rank``'s rows into local and remote CSRs.
 
     row_indptr  int64 [n+1] rows lb..ub-1 of a CSR, rebased to start at 0
@@ -37,6 +38,8 @@ def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int) -> RankE
 
     Each remote source is stored once in the halo (pe, row on pe); remote CSR entries
     point into it, so a rank fetches every remote row once however many edges use it.
+    ``mark`` (int32 [N], all -1) is scratch that callers splitting many ranks may share;
+    it is left all -1 again.
     """
     bounds = np.asarray(bounds, np.int64)
     lb, ub = int(bounds[rank]), int(bounds[rank + 1])
@@ -69,7 +72,9 @@ def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int) -> RankE
         remote_src,
         rw,
     )
-    remote_slot, halo_src = _first_use_slots(remote_src, int(bounds[-1]))
+    if mark is None:
+        mark = np.full(int(bounds[-1]), -1, np.int32)
+    remote_slot, halo_src = _first_use_slots(remote_src, mark)
     halo_pe = (np.searchsorted(bounds, halo_src, side="right") - 1).astype(np.int32)
     halo_row = (halo_src - bounds[halo_pe]).astype(np.int32)
     return RankEdges(
@@ -143,9 +148,9 @@ def _fill(indptr, indices, w, has_w, lb, ub, lptr, rptr, l_idx, l_w, r_src, r_w)
 
 
 @numba.njit(cache=True)
-def _first_use_slots(src, num_nodes):
-    """(slot int32 [E], unique int64 [H]) with unique ids in order of first appearance."""
-    mark = np.full(num_nodes, -1, np.int32)
+def _first_use_slots(src, mark):
+    """(slot int32 [E], unique int64 [H]) with unique ids in order of first appearance;
+    mark [N] must be all -1 and is restored."""
     slot = np.empty(src.size, np.int32)
     uniq = np.empty(src.size, np.int64)
     h = 0
@@ -158,6 +163,8 @@ def _first_use_slots(src, num_nodes):
             uniq[h] = g
             h += 1
         slot[e] = s
+    for i in range(h):
+        mark[uniq[i]] = -1
     return slot, uniq[:h].copy()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 
@@ -16,12 +17,19 @@ def neighbor_split(indptr, ps: int) -> tuple[np.ndarray, np.ndarray]:
     if int(ps) != ps or ps < 1:
         raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
     indptr = np.asarray(indptr, np.int64)
-    deg = np.diff(indptr)
-    nparts = (deg + ps - 1) // ps
-    k = int(nparts.sum())
-    part_node = np.repeat(np.arange(deg.size, dtype=np.int32), nparts)
-    first = np.cumsum(nparts) - nparts
-    part_ptr = np.empty(k + 1, np.int64)
-    part_ptr[:k] = indptr[:-1][part_node] + (np.arange(k) - first[part_node]) * ps
-    part_ptr[k] = indptr[-1]
+    nparts = (np.diff(indptr) + ps - 1) // ps
+    part_ptr = np.empty(int(nparts.sum()) + 1, np.int64)
+    part_node = np.empty(part_ptr.size - 1, np.int32)
+    _fill(indptr, int(ps), part_ptr, part_node)
     return part_ptr, part_node
+
+
+@numba.njit(cache=True)
+def _fill(indptr, ps, part_ptr, part_node):
+    k = 0
+    for v in range(indptr.size - 1):
+        for start in range(indptr[v], indptr[v + 1], ps):
+            part_ptr[k] = start
+            part_node[k] = v
+            k += 1
+    part_ptr[k] = indptr[-1]

@@ -193,10 +193,12 @@ def build_plan(
         else (None if graph.num_edges > 10_000_000 else False),
     )
     plans = []
+    mark = np.full(graph.num_nodes, -1, np.int32)  # scratch shared by every split
     with bar:
         for r in ranks:
             lb, ub = int(bounds[r]), int(bounds[r + 1])
-            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, *_row_slice(graph, lb, ub))
+            rows = _row_slice(graph, lb, ub)
+            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, mark, *rows)
             bar.update()
             t = None
             if need_t:
@@ -205,7 +207,7 @@ def build_plan(
                     if gt is not None
                     else column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
                 )
-                t = _rank_plan(r, bounds, ps, graph.num_edges, False, *rows)
+                t = _rank_plan(r, bounds, ps, graph.num_edges, False, mark, *rows)
                 bar.update()
             plans.append(replace(fwd, _transposed=t) if t is not None else fwd)
     return plans if rank is None else plans[0]
@@ -245,8 +247,8 @@ def _row_slice(g: Graph, lb: int, ub: int):
     return g.indptr[lb : ub + 1] - a, g.indices[a:b], w
 
 
-def _rank_plan(rank, bounds, ps, num_edges, symmetric, indptr, indices, weights):
-    re: RankEdges = edge_split(indptr, indices, weights, bounds, rank)
+def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights):
+    re: RankEdges = edge_split(indptr, indices, weights, bounds, rank, mark)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
     arrays = {k: _frozen(v) for k, v in re._asdict().items()}

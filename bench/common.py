@@ -1,0 +1,177 @@
+"""What every benchmark shares: timing, machine facts, and the result files.
+
+Each script writes bench/results/<name>.json and <name>.md (and a .png where a plot helps),
+recording the machine, the commit and the exact command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
+    """Median wall time of fn() in seconds, after warm-up calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def compare(fns: dict, repeat: int = 9, warmup: int = 1) -> dict:
+    """Median wall time (s) of each callable, measured round-robin so that every design
+    sees the same background noise (this matters on shared machines)."""
+    for f in fns.values():
+        for _ in range(warmup):
+            f()
+    times = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(time.perf_counter() - t0)
+    return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        pass
+    return {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)),
+        "memory_gib": round(mem, 1) if mem else None,
+        "python": platform.python_version(),
+        "host": platform.node(),
+    }
+
+
+def commit() -> str:
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        return rev + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def command() -> str:
+    return " ".join([Path(sys.executable).name, *sys.argv])
+
+
+def memory_bandwidth(gib: float = 1.0, repeat: int = 5) -> float:
+    """STREAM-style triad a = b + s*c over all threads (numba), in bytes/s."""
+    import numba
+
+    @numba.njit(parallel=True, fastmath=True)
+    def triad(a, b, c, s):
+        for i in numba.prange(a.size):
+            a[i] = b[i] + s * c[i]
+
+    n = int(gib * 2**30 / 4 / 3)
+    a, b, c = (np.ones(n, np.float32) for _ in range(3))
+    t = median_time(lambda: triad(a, b, c, np.float32(3.0)), repeat=repeat)
+    return 3 * n * 4 / t
+
+
+def write_results(
+    name: str, payload: dict, table: list[dict], columns: list[str], notes: str = ""
+) -> Path:
+    """Write <name>.json (payload + meta) and <name>.md (a table) under bench/results."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {
+        "machine": machine(),
+        "commit": commit(),
+        "command": command(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    out = {"meta": meta, **payload, "table": table}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+    lines = [
+        f"# {name}",
+        "",
+        f"Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
+        f"{meta['machine']['memory_gib']} GiB · commit `{meta['commit']}` · "
+        f"{meta['date']}",
+        "",
+        f"Command: `{meta['command']}`",
+        "",
+    ]
+    if notes:
+        lines += [notes, ""]
+    lines.append("| " + " | ".join(columns) + " |")
+    lines.append("|" + "|".join("---" for _ in columns) + "|")
+    for row in table:
+        lines.append("| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |")
+    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cell(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, (int, np.integer)):
+        return f"{v:,}"
+    return str(v)
+
+
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))
+
+
+def real_graphs(
+    names=(
+        "cora",
+        "pubmed",
+        "amazon_photo",
+        "amazon_computers",
+        "coauthor_cs",
+        "ego_twitter",
+        "cnr_2000",
+    ),
+) -> list[Path]:
+    """The real graphs of ../shared/data that are present."""
+    return [p for n in names if (p := SHARED_DATA / f"{n}.npz").exists()]
