@@ -13,36 +13,39 @@ from ..kernels.distributed import DistributedAggregation
 
 class Direct(DistributedAggregation):
     """Every remote edge fetches its own row, blocking, one block of ``block_nodes``
-    destination nodes at a time; a node's neighbors are one unit of work (no ps)."""
+    destination nodes at a time into a buffer of that block's rows; a node's neighbors
+    are one unit of work (no ps)."""
 
     name = "direct"
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, block_nodes: int = 32):
         super().__init__(plan, comm, dim, dtype, window=window)
         p = plan
-        deg = np.diff(p.remote_indptr)
-        self.node_plan = p.with_ps(
-            max(1, int(max(deg.max(initial=0), np.diff(p.local_indptr).max(initial=0))))
+        widest_row = max(
+            np.diff(p.remote_indptr).max(initial=0), np.diff(p.local_indptr).max(initial=0)
         )
+        q = self.node_plan = p.with_ps(max(1, int(widest_row)))
         n = p.num_local_nodes
         cuts = np.arange(0, n + block_nodes, block_nodes).clip(max=n)
-        self.blocks = []  # (first RNP, end RNP, selections) per block with remote edges
-        q = self.node_plan
         pe_all, row_all = p.remote_pe, p.remote_row
+        # position of each remote edge in its block's buffer
+        self.edge_pos = np.empty(p.num_remote_edges, np.int64)
+        self.blocks = []  # (first RNP, end RNP, selections) of each block with remote edges
+        widest = 0
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
             e0, e1 = int(p.remote_indptr[a]), int(p.remote_indptr[b])
             if e0 == e1:
                 continue
+            self.edge_pos[e0:e1] = np.arange(e1 - e0)
             pes, rows = pe_all[e0:e1], row_all[e0:e1]
             sels = [
-                self.buffer.selection(pe, rows[pes == pe], np.flatnonzero(pes == pe) + e0)
+                self.buffer.selection(pe, rows[pes == pe], np.flatnonzero(pes == pe))
                 for pe in np.unique(pes)
             ]
-            self.blocks.append(
-                (int(np.searchsorted(q.rnp_node, a)), int(np.searchsorted(q.rnp_node, b)), sels)
-            )
-        self.staging = np.empty((p.num_remote_edges, self.dim), self.dtype)
-        self.edge_index = np.arange(p.num_remote_edges, dtype=np.int64)
+            k0, k1 = np.searchsorted(q.rnp_node, [a, b])
+            self.blocks.append((int(k0), int(k1), sels))
+            widest = max(widest, e1 - e0)
+        self.staging = np.empty((widest, self.dim), self.dtype)
 
     def run(self, op, eps, out):
         q = self.node_plan
@@ -66,11 +69,11 @@ class Direct(DistributedAggregation):
                     req.Wait()
                 self._count(sel.size)
             self.stats["wait_seconds"] += time.perf_counter() - t0
-            cpu.accumulate(q.rnp_ptr, q.rnp_node, k0, k1, self.edge_index, w, self.staging, out)
+            cpu.accumulate(q.rnp_ptr, q.rnp_node, k0, k1, self.edge_pos, w, self.staging, out)
         cpu.finalize(op, self.in_degrees, out)
 
     def free(self):
-        for _, _, sels in getattr(self, "blocks", []):
+        for *_, sels in getattr(self, "blocks", []):
             for sel in sels:
                 sel.free()
         super().free()

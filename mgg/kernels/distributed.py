@@ -110,7 +110,7 @@ class Pipelined(DistributedAggregation):
         *,
         window=None,
         dist: int = 4,
-        batch_rnp: int = 2048,
+        batch_rnp: int = 8192,
     ):
         super().__init__(plan, comm, dim, dtype, window=window)
         if dist < 1 or batch_rnp < 1:

@@ -28,8 +28,9 @@ class RankEdges(NamedTuple):
     halo_row: np.ndarray
 
 
-def edge_split(row_indptr, row_indices, row_weights, bounds, rank: int,
-               mark: np.ndarray | None = None) -> RankEdges:
+def edge_split(
+    row_indptr, row_indices, row_weights, bounds, rank: int, mark: np.ndarray | None = None
+) -> RankEdges:
     """Split rank ``rank``'s rows into local and remote CSRs.
 
     row_indptr  int64 [n+1] rows lb..ub-1 of a CSR, rebased to start at 0
