@@ -22,7 +22,7 @@ $(VENV)/.bench: pyproject.toml $(VENV)/.core
 venv: $(VENV)/.core
 
 demo: $(VENV)/.core
-	$(BIN)/mgg demo
+	$(BIN)/python launch/mggrun -np $(NP) $(BIN)/mgg demo
 
 test: $(VENV)/.core
 	$(BIN)/python -m pytest -q

@@ -20,7 +20,7 @@ OPS = ("sum", "mean", "gcn", "gin")
 def init_out(op: str, x: np.ndarray, out: np.ndarray, eps: float = 0.0) -> None:
     """out [n, D] <- 0, or (1+eps)·x[:n] for GIN."""
     if op == "gin":
-        _scale_rows(x, out, np.float32(1.0 + eps))
+        _scale_rows(x, out, out.dtype.type(1.0 + eps))
     else:
         _zero(out)
 

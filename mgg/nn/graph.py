@@ -1,0 +1,118 @@
+"""DistGraph: what a layer sees of the distributed graph.
+
+It holds this rank's plan (and the transposed plan for backward passes), the comm, and
+two aggregation designs per (direction, width), each with its own symmetric input
+buffer, used in turn: a rank may then overwrite a buffer only after every peer passed the
+other buffer's publish barrier, which is after their last read of it. With one buffer, a
+fast rank could overwrite rows a slow peer is still reading.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..graph.core import Graph
+from ..kernels import aggregate
+from ..partition import PartitionPlan, build_plan
+
+
+class DistGraph:
+    """One rank's view of a graph for training.
+
+    plan    this rank's PartitionPlan (with its transposed plan)
+    comm    mgg.comm.Comm, or None for a single process without MPI
+    design  aggregation design for P > 1 ('pipelined', 'bulk_halo', 'direct')
+    knobs   design options (dist, batch_rnp, window, ...)
+    """
+
+    def __init__(
+        self,
+        plan: PartitionPlan,
+        comm=None,
+        *,
+        design: str = "pipelined",
+        dtype=np.float32,
+        **knobs,
+    ):
+        size = 1 if comm is None else comm.size
+        if plan.num_ranks != size:
+            raise ValueError(f"the plan is for {plan.num_ranks} ranks but the job has {size}")
+        self.plan, self.comm, self.design, self.knobs = plan, comm, design, knobs
+        self.dtype = np.dtype(dtype)
+        self.xp = np
+        self._aggs: dict = {}
+        self._turn: dict = {}
+        self.stats = {"aggregations": 0, "remote_bytes": 0}
+
+    @classmethod
+    def build(cls, graph: Graph, comm=None, ps: int = 16, **kw) -> DistGraph:
+        """Partition ``graph`` for the job of ``comm`` and keep this rank's plan."""
+        size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
+        return cls(build_plan(graph, size, ps, rank=rank), comm, **kw)
+
+    @property
+    def num_local_nodes(self) -> int:
+        return self.plan.num_local_nodes
+
+    @property
+    def lb(self) -> int:
+        return self.plan.lb
+
+    @property
+    def ub(self) -> int:
+        return self.plan.ub
+
+    @property
+    def rank(self) -> int:
+        return self.plan.rank
+
+    @property
+    def size(self) -> int:
+        return self.plan.num_ranks
+
+    def propagate(self, x, op: str = "sum", *, transpose: bool = False, eps: float = 0.0):
+        """Aggregate x [n_local, D] over the graph (or its transpose); returns [n_local, D].
+
+        op: 'sum', 'mean', 'gcn' (the plan's edge weights) or 'gin' ((1+eps)·x + sum).
+        Collective when P > 1.
+        """
+        plan = self.plan.transposed if transpose else self.plan
+        d = x.shape[1]
+        self.stats["aggregations"] += 1
+        if self.comm is None or self.size == 1:
+            x = np.ascontiguousarray(x, dtype=self.dtype)
+            return aggregate(plan, x, op, eps=eps)
+        agg = self._aggregator(transpose, d)
+        if x is not agg.x:
+            agg.x[:] = x
+        before = agg.stats["remote_bytes"]
+        out = agg(op, eps)
+        self.stats["remote_bytes"] += agg.stats["remote_bytes"] - before
+        return out
+
+    def _aggregator(self, transpose: bool, dim: int):
+        """The next of the two designs for this direction and width (collective setup)."""
+        key = (transpose, dim)
+        if key not in self._aggs:
+            from ..baselines import DESIGNS
+
+            plan = self.plan.transposed if transpose else self.plan
+            self._aggs[key] = [
+                DESIGNS[self.design](plan, self.comm, dim, self.dtype, **self.knobs)
+                for _ in range(2)
+            ]
+            self._turn[key] = 0
+        turn = self._turn[key]
+        self._turn[key] = 1 - turn
+        return self._aggs[key][turn]
+
+    def halo_rows(self, transpose: bool = False) -> int:
+        """Distinct remote rows this rank fetches per aggregation."""
+        return (self.plan.transposed if transpose else self.plan).num_halo
+
+    def free(self) -> None:
+        """Collective: release every aggregator's symmetric buffer."""
+        for pair in self._aggs.values():
+            for agg in pair:
+                agg.free()
+        self._aggs.clear()
