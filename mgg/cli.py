@@ -12,6 +12,7 @@ import os
 import platform
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -82,6 +83,26 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check)
 
+    s = sub.add_parser(
+        "tune", help="search ps, dist and wpb/threads for a graph and width (launch with mggrun)"
+    )
+    _graph_args(s)
+    s.add_argument("--dim", type=int, default=16, help="feature width D")
+    s.add_argument("--op", default="gcn", help="sum|mean|gcn|gin")
+    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    s.add_argument(
+        "--start",
+        choices=["origin", "model"],
+        default="origin",
+        help="start at (1, 1, 1) as the paper, or at the model's best guess",
+    )
+    s.add_argument("--budget", type=int, default=None, help="most configurations measured")
+    s.add_argument("--repeat", type=int, default=3, help="timed runs per configuration")
+    s.add_argument("--exhaustive", action="store_true", help="also measure the whole grid")
+    s.add_argument("--out", default="mgg-tune", help="folder for the trace JSON and heatmaps")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_tune)
+
     s = sub.add_parser("train", help="full-graph GCN/GIN training (launch with mggrun)")
     _train_args(s)
     s.set_defaults(func=cmd_train)
@@ -135,6 +156,14 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument("--checkpoint-every", type=int, default=0)
     s.add_argument("--resume", default=None, help="a checkpoint file to continue from")
+    s.add_argument(
+        "--tune", action="store_true", help="search ps, dist and threads during the first epochs"
+    )
+    s.add_argument(
+        "--config",
+        default=None,
+        help='a tuned configuration as JSON, e.g. \'{"ps": 32, "dist": 4}\'',
+    )
     s.add_argument(
         "--check-sync",
         action="store_true",
@@ -430,6 +459,144 @@ def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
             d.free()
 
 
+# ---- tune ----------------------------------------------------------------------------
+def cmd_tune(args) -> int:
+    import numba
+
+    from .comm import get_comm
+    from .graph.generators import random_features
+    from .kernels.distributed import Pipelined
+    from .partition import build_plan
+    from .tuner import (
+        Workload,
+        cpu_device,
+        default_space,
+        exhaustive,
+        model_guess,
+        rank_configs,
+        search,
+    )
+
+    if args.backend == "cuda":
+        raise ValueError("--backend cuda needs the GPU backend (cupy, nvshmem4py and a GPU)")
+    comm = get_comm("mpi")  # first: from here on a failing rank aborts the job
+    ds = load_dataset(args)
+    g = ds.graph.gcn_norm() if args.op == "gcn" else ds.graph
+    base = build_plan(g, comm.size, 16, rank=comm.rank, transposed=False)
+    x = random_features(args.seed, base.lb, base.ub, args.dim)
+    dev = cpu_device(numba.config.NUMBA_NUM_THREADS)
+    space = default_space(dev)
+
+    def measure(cfg):
+        numba.set_num_threads(cfg["threads"])
+        with Pipelined(base.with_ps(cfg["ps"]), comm, args.dim, dist=cfg["dist"]) as agg:
+            agg.x[:] = x
+            agg(args.op)  # warm-up
+            times = []
+            for _ in range(args.repeat):
+                comm.barrier()
+                t0 = time.perf_counter()
+                agg(args.op)
+                times.append(time.perf_counter() - t0)
+        # every rank must see the same number, or the ranks would walk apart
+        return float(np.median(comm.allreduce(np.array(times), "max")))
+
+    ranked = rank_configs(space, Workload.of(base, args.dim), dev)
+    start = model_guess(ranked) if args.start == "model" else None
+    t0 = time.perf_counter()
+    res = search(space, measure, start=start, max_measurements=args.budget)
+    result = {
+        "graph": ds.name,
+        "np": comm.size,
+        "dim": args.dim,
+        "op": args.op,
+        "backend": args.backend,
+        "space": space,
+        **res.to_json(),
+        "search_seconds": time.perf_counter() - t0,
+        "model_guess": model_guess(ranked),
+    }
+    default = {"ps": 16, "dist": 4, "threads": max(space["threads"])}
+    result["default"] = default
+    result["default_latency_s"] = res.table().get(tuple(default.values())) or measure(default)
+    table = res.table()
+    if args.exhaustive:
+        ex = exhaustive(space, lambda c: table.get(tuple(c.values())) or measure(c))
+        result["exhaustive_best"] = ex.best
+        result["exhaustive_best_latency_s"] = ex.best_latency
+        table = ex.table()
+    if comm.rank == 0:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        stem = f"{ds.name}-P{comm.size}-D{args.dim}"
+        (out / f"{stem}-trace.json").write_text(json.dumps(result, indent=1))
+        result["heatmaps"] = str(
+            _heatmaps(
+                space,
+                table,
+                res.best,
+                out / f"{stem}.png",
+                f"{ds.name}, P={comm.size}, D={args.dim}",
+            )
+        )
+        if not args.json or sys.stdout.isatty():
+            print(
+                format_table(
+                    [
+                        [i, t["phase"], *t["config"].values(), f"{t['latency'] * 1e3:.3f}"]
+                        for i, t in enumerate(res.trace, 1)
+                    ],
+                    ["#", "phase", *space, "ms (median)"],
+                )
+            )
+            print(
+                f"best {res.best}: {res.best_latency * 1e3:.3f} ms after {res.measured} "
+                f"measured configs; start {res.start_latency * 1e3:.3f} ms, default "
+                f"{default} {result['default_latency_s'] * 1e3:.3f} ms"
+                + (
+                    f"; exhaustive best {result['exhaustive_best']} "
+                    f"{result['exhaustive_best_latency_s'] * 1e3:.3f} ms"
+                    if args.exhaustive
+                    else ""
+                )
+                + f"\ntrace and heatmaps in {out}/"
+            )
+        if args.json:
+            print(json.dumps(result))
+    return 0
+
+
+def _heatmaps(space, table, best, path, title):
+    """Fig. 10: latency over ps x dist (at the best third knob) and third knob x dist (at
+    the best ps); unmeasured cells are blank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    knobs = list(space)
+    third = knobs[2]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, (rows, fixed) in zip(axes, (("ps", third), (third, "ps")), strict=True):
+        grid = np.full((len(space[rows]), len(space["dist"])), np.nan)
+        for i, r in enumerate(space[rows]):
+            for j, d in enumerate(space["dist"]):
+                cfg = {"dist": d, rows: r, fixed: best[fixed]}
+                grid[i, j] = table.get(tuple(cfg[k] for k in knobs), np.nan) * 1e3
+        im = ax.imshow(grid, origin="lower", cmap="viridis_r", aspect="auto")
+        ax.set_xticks(range(len(space["dist"])), space["dist"])
+        ax.set_yticks(range(len(space[rows])), space[rows])
+        ax.set_xlabel("dist")
+        ax.set_ylabel(rows)
+        ax.set_title(f"{rows} x dist at {fixed}={best[fixed]}")
+        fig.colorbar(im, ax=ax, label="latency (ms)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # ---- train ---------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from .comm import get_comm
@@ -479,6 +646,8 @@ def cmd_train(args) -> int:
         data,
         model,
         opt,
+        tune=args.tune,
+        config=json.loads(args.config) if args.config else None,
         check_sync=args.check_sync,
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
@@ -510,6 +679,8 @@ def cmd_train(args) -> int:
         "bytes_per_epoch": volume,
         "history": history,
         "config": model.config,
+        "graph_config": dg.config,
+        "tuning": trainer.tuning,
     }
     if say:
         say(

@@ -119,6 +119,11 @@ class Trainer:
         model,
         optimizer,
         *,
+        tune: bool = False,
+        config: dict | None = None,
+        tune_space: dict | None = None,
+        tune_start: dict | None = None,
+        tune_budget: int = 12,
         check_sync: bool = False,
         checkpoint_dir=None,
         checkpoint_every: int = 0,
@@ -142,6 +147,11 @@ class Trainer:
         self.progress_bar = progress_bar
         self.epoch = 0
         self.history: list[dict] = []
+        self.tune, self.tune_space, self.tune_start = tune, tune_space, tune_start
+        self.tune_budget = tune_budget
+        self.tuning: dict | None = None  # the search's result once it ran
+        if config:
+            graph.configure(**config)
 
     # ---- one step --------------------------------------------------------------------
     def train_step(self) -> tuple[float, float]:
@@ -208,6 +218,8 @@ class Trainer:
     # ---- the loop --------------------------------------------------------------------
     def fit(self, epochs: int) -> list[dict]:
         """Train until ``epochs`` epochs in total are done (so a resumed run continues)."""
+        if self.tune and self.tuning is None and self.epoch < epochs:
+            self._search(epochs)
         bar = progress(total=epochs, desc="train", unit="epoch", enable=self.progress_bar)
         bar.update(self.epoch)
         with bar:
@@ -236,6 +248,41 @@ class Trainer:
                     self.save_checkpoint(self.checkpoint_dir / f"epoch{self.epoch:05d}.npz")
         return self.history
 
+    # ---- tuning ----------------------------------------------------------------------
+    def _search(self, epochs: int) -> None:
+        """MGG's cross-iteration search, each measurement a real training step."""
+        import numba
+
+        from .tuner import cpu_device, default_space, search
+
+        space = self.tune_space or default_space(cpu_device(numba.config.NUMBA_NUM_THREADS))
+
+        def measure(cfg):
+            self.g.configure(**cfg)
+            setup = self.g.stats["setup_seconds"]
+            loss, secs = self.train_step()
+            secs -= self.g.stats["setup_seconds"] - setup  # aggregator allocation
+            if self.comm is not None:  # every rank must take the same decisions
+                secs = float(self.comm.allreduce(np.array([secs]), "max")[0])
+            self.history.append(
+                {"epoch": self.epoch, "loss": loss, "seconds": secs, "config": dict(cfg)}
+            )
+            return secs
+
+        res = search(
+            space,
+            measure,
+            start=self.tune_start,
+            max_measurements=min(self.tune_budget, epochs - self.epoch),
+        )
+        self.g.configure(**res.best)
+        self.tuning = res.to_json()
+        if self.log:
+            self.log(
+                f"tuned {res.best} in {res.measured} measured steps: "
+                f"{res.best_latency * 1e3:.1f} ms (start {res.start_latency * 1e3:.1f} ms)"
+            )
+
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, path) -> Path:
         """Rank 0 writes weights, optimizer state, epoch and history (weights are the same
@@ -249,6 +296,8 @@ class Trainer:
                 "epoch": self.epoch,
                 "history": self.history,
                 "config": getattr(self.model, "config", {}),
+                "graph_config": self.g.config,
+                "tuning": self.tuning,
             }
             tmp = path.with_suffix(".tmp.npz")
             np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
@@ -281,6 +330,9 @@ class Trainer:
         self.opt.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("opt/")})
         self.epoch = int(meta["epoch"])
         self.history = list(meta["history"])
+        if meta.get("graph_config"):
+            self.g.configure(**meta["graph_config"])
+        self.tuning = meta.get("tuning")
 
     # ---- communication volume --------------------------------------------------------
     def bytes_per_epoch(self) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -43,11 +44,22 @@ def install_abort_handler(comm) -> None:
         sys.stderr.write(
             f"mgg: rank {comm.Get_rank()} failed; aborting all {comm.Get_size()} ranks\n"
         )
-        sys.stderr.flush()
-        comm.Abort(1)
+        abort(comm, 1)
 
     sys.excepthook = hook
     threading.excepthook = lambda a: hook(a.exc_type, a.exc_value, a.exc_traceback)
+
+
+def abort(comm, code: int) -> None:
+    """MPI_Abort, after giving the launcher time to forward what this rank printed (an
+    abort tears the job down at once, and output still in flight is lost)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    time.sleep(ABORT_GRACE_SECONDS)
+    comm.Abort(code)
+
+
+ABORT_GRACE_SECONDS = 1.0
 
 
 class MPIComm(Comm):
@@ -99,7 +111,7 @@ class MPIComm(Comm):
         self.comm.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
 
     def abort(self, code: int = 1) -> None:
-        self.comm.Abort(code)
+        abort(self.comm, code)
 
     # ---- symmetric memory ----------------------------------------------------------------
     def symmetric(self, rows: int, dim: int, dtype=np.float32, window=None) -> SymmetricArray:

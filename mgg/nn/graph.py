@@ -42,7 +42,7 @@ class DistGraph:
         self.xp = np
         self._aggs: dict = {}
         self._turn: dict = {}
-        self.stats = {"aggregations": 0, "remote_bytes": 0}
+        self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
 
     @classmethod
     def build(cls, graph: Graph, comm=None, ps: int = 16, **kw) -> DistGraph:
@@ -90,18 +90,56 @@ class DistGraph:
         self.stats["remote_bytes"] += agg.stats["remote_bytes"] - before
         return out
 
+    @property
+    def config(self) -> dict:
+        """The tunable knobs in force: ps, dist (fetch batches in flight), threads."""
+        import numba
+
+        return {
+            "ps": self.plan.ps,
+            "dist": int(self.knobs.get("dist", 4)),
+            "threads": numba.get_num_threads(),
+        }
+
+    def configure(
+        self, ps: int | None = None, dist: int | None = None, threads: int | None = None
+    ) -> None:
+        """Collective: switch to another configuration (the tuner's knobs). The CSRs are
+        kept; only the neighbor partitions and the aggregators are rebuilt."""
+        import numba
+
+        if threads is not None:
+            if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
+                raise ValueError(
+                    f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads}"
+                )
+            numba.set_num_threads(int(threads))
+        if ps is None and dist is None:
+            return
+        self.free()
+        if ps is not None:
+            self.plan = self.plan.with_ps(int(ps))
+        if dist is not None:
+            if self.design != "pipelined":
+                raise ValueError(f"dist applies to the pipelined design, not {self.design}")
+            self.knobs = {**self.knobs, "dist": int(dist)}
+
     def _aggregator(self, transpose: bool, dim: int):
         """The next of the two designs for this direction and width (collective setup)."""
         key = (transpose, dim)
         if key not in self._aggs:
+            import time
+
             from ..baselines import DESIGNS
 
+            t0 = time.perf_counter()
             plan = self.plan.transposed if transpose else self.plan
             self._aggs[key] = [
                 DESIGNS[self.design](plan, self.comm, dim, self.dtype, **self.knobs)
                 for _ in range(2)
             ]
             self._turn[key] = 0
+            self.stats["setup_seconds"] += time.perf_counter() - t0
         turn = self._turn[key]
         self._turn[key] = 1 - turn
         return self._aggs[key][turn]

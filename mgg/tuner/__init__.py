@@ -1,0 +1,36 @@
+"""The tuner: MGG's analytical model and cross-iteration search over (ps, dist, wpb)."""
+
+from .model import (
+    KNOWN_GPUS,
+    Device,
+    Estimate,
+    Workload,
+    cpu_device,
+    default_space,
+    estimate,
+    estimate_cpu,
+    known_gpu,
+    live_gpu,
+    rank_configs,
+    smem_bytes,
+)
+from .search import SearchResult, exhaustive, model_guess, search
+
+__all__ = [
+    "Device",
+    "Estimate",
+    "Workload",
+    "KNOWN_GPUS",
+    "known_gpu",
+    "live_gpu",
+    "cpu_device",
+    "smem_bytes",
+    "estimate",
+    "estimate_cpu",
+    "rank_configs",
+    "default_space",
+    "search",
+    "exhaustive",
+    "model_guess",
+    "SearchResult",
+]
