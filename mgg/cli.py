@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dist", type=int, default=4, help="fetch batches in flight (pipelined)")
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
     s.add_argument("--window", default="auto", help="auto|shm|rma, or 'all' (MPI backend)")
-    s.add_argument("--backend", choices=["cpu"], default="cpu")
+    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     s.add_argument("--repeat", type=int, default=5, help="timed runs per design (median)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check)
@@ -321,17 +321,31 @@ def _fmt(c) -> str:
 
 
 # ---- check ---------------------------------------------------------------------------
-def cmd_check(args) -> int:
+def _designs_for(backend: str) -> dict:
+    if backend == "cuda":
+        from .kernels.cuda.design import CUDA_DESIGNS
+
+        return CUDA_DESIGNS
     from .baselines import DESIGNS
+
+    return DESIGNS
+
+
+def cmd_check(args) -> int:
     from .comm import get_comm
     from .graph.generators import random_features
     from .kernels import OPS, reference
     from .partition import build_plan
 
     comm = get_comm("mpi")  # first: from here on a failing rank aborts the job
+    if args.backend == "cuda" and comm.size > 1:
+        comm = get_comm("nvshmem")
+    DESIGNS = _designs_for(args.backend)
     ops = list(OPS) if args.op == "all" else args.op.split(",")
     names = list(DESIGNS) if args.designs == "all" else args.designs.split(",")
     windows = ["shm", "rma"] if args.window == "all" else [args.window]
+    if args.backend == "cuda":
+        windows = ["device"]
     for bad in [o for o in ops if o not in OPS] + [d for d in names if d not in DESIGNS]:
         raise ValueError(
             f"unknown op or design {bad!r}; ops: {', '.join(OPS)}; designs: {', '.join(DESIGNS)}"
@@ -412,18 +426,24 @@ def cmd_check(args) -> int:
 def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
     """Set up every design, check its output on rank 0, then time them round-robin (so
     they share the machine's noise); the time of a call is the slowest rank's."""
-    from .baselines import DESIGNS
+    from .nn.backend import assign, to_host
 
+    DESIGNS = _designs_for(args.backend)
+    cuda = args.backend == "cuda"
+    sync = _device_sync if cuda else (lambda: None)
     designs = {}
     try:
         for name in names:
             kw = {"dist": args.dist} if name == "pipelined" else {}
-            designs[name] = DESIGNS[name](plan, comm, args.dim, window=window, **kw)
+            kw["window"] = None if cuda else window
+            designs[name] = DESIGNS[name](
+                plan, comm if comm.size > 1 or not cuda else None, args.dim, **kw
+            )
         outs, errors = {}, {}
         for name, d in designs.items():
-            d.x[:] = x
+            assign(d.x, x)
             outs[name] = d(op, eps=0.1)
-            got = comm.comm.gather(outs[name], root=0)
+            got = comm.comm.gather(to_host(outs[name]), root=0)
             if comm.rank == 0:
                 got = np.concatenate(got)
                 errors[name] = float(np.abs(got - ref).max() / max(1.0, np.abs(ref).max()))
@@ -434,6 +454,7 @@ def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
                 comm.barrier()
                 t0 = time.perf_counter()
                 d(op, eps=0.1, out=outs[name])
+                sync()
                 times[name].append(time.perf_counter() - t0)
         runs = []
         for name, d in designs.items():
@@ -457,6 +478,12 @@ def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
     finally:
         for d in designs.values():
             d.free()
+
+
+def _device_sync() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
 
 
 # ---- tune ----------------------------------------------------------------------------
@@ -603,12 +630,9 @@ def cmd_train(args) -> int:
     from .graph.generators import resolve
     from .train import Trainer, build_model, build_optimizer, prepare
 
-    if args.backend == "cuda":
-        raise ValueError(
-            "--backend cuda needs the GPU backend (cupy, nvshmem4py and a GPU); "
-            "this build trains on the CPU (--backend cpu)"
-        )
     comm = get_comm("mpi", window=args.window)  # first: a failing rank now aborts the job
+    if args.backend == "cuda" and comm.size > 1:
+        comm = get_comm("nvshmem")
     lead = comm.rank == 0
     t0 = time.perf_counter()
     ds = resolve(args.dataset, scale=args.scale, seed=args.seed)
@@ -621,6 +645,7 @@ def cmd_train(args) -> int:
         seed=args.seed,
         row_normalize=args.row_normalize,
         design=args.design,
+        backend=args.backend,
         **knobs,
     )
     setup_s = time.perf_counter() - t0
@@ -631,7 +656,7 @@ def cmd_train(args) -> int:
         layers=args.layers,
         dropout=args.dropout,
         seed=args.seed,
-    )
+    ).to(args.backend)
     opt = build_optimizer(args.optimizer, model, args.lr, args.weight_decay)
     say = print if lead and not (args.json and not sys.stdout.isatty()) else None
     if say:

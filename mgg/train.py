@@ -14,6 +14,7 @@ import scipy.sparse as sp
 from .graph.dataset import Dataset
 from .graph.generators import make_split, random_features
 from .nn import MODELS, OPTIMIZERS, DistGraph, GCNConv, GINConv, softmax_cross_entropy
+from .nn.backend import assign, on_gpu, to_device, to_host
 from .nn.loss import accuracy
 from .progress import progress
 
@@ -47,6 +48,7 @@ def prepare(
     seed: int = 0,
     row_normalize: bool = False,
     design: str = "pipelined",
+    backend: str = "cpu",
     **knobs,
 ) -> tuple[DistGraph, LocalData]:
     """Partition ``dataset`` for the job of ``comm`` and slice this rank's node data.
@@ -63,7 +65,7 @@ def prepare(
     if dataset.y is None:
         raise ValueError(f"dataset {dataset.name!r} has no labels: node classification needs them")
     g = dataset.graph.gcn_norm() if model == "gcn" else dataset.graph.remove_self_loops()
-    dg = DistGraph.build(g, comm, ps, design=design, **knobs)
+    dg = DistGraph.build(g, comm, ps, design=design, backend=backend, **knobs)
     lb, ub, n = dg.lb, dg.ub, dataset.graph.num_nodes
     c = int(dataset.num_classes)
     notes = ""
@@ -100,6 +102,11 @@ def prepare(
         num_classes=c,
         notes=notes.strip("; "),
     )
+    if backend == "cuda":
+        data.x, data.y = to_device(data.x), to_device(data.y)
+        data.train_mask, data.val_mask, data.test_mask = (
+            to_device(m) for m in (data.train_mask, data.val_mask, data.test_mask)
+        )
     return dg, data
 
 
@@ -180,8 +187,10 @@ class Trainer:
         if self.comm is None:
             return
         params = self.model.parameters()
-        flat = np.concatenate([p.grad.ravel() for p in params])
-        flat = self.comm.allreduce(flat)
+        flat = to_host(np.concatenate([p.grad.ravel() for p in params]))
+        flat = self.comm.allreduce(flat)  # on the host: the MPI wheel is not CUDA-aware
+        if on_gpu(params[0].grad):
+            flat = to_device(flat)
         i = 0
         for p in params:
             p.grad[...] = flat[i : i + p.grad.size].reshape(p.grad.shape)
@@ -190,7 +199,7 @@ class Trainer:
     def weights_digest(self) -> str:
         h = hashlib.sha1()
         for p in self.model.parameters():
-            h.update(np.ascontiguousarray(p.value).tobytes())
+            h.update(np.ascontiguousarray(to_host(p.value)).tobytes())
         return h.hexdigest()
 
     def _check_weights_agree(self) -> None:
@@ -290,8 +299,12 @@ class Trainer:
         path = Path(path)
         if self.lead:
             path.parent.mkdir(parents=True, exist_ok=True)
-            arrays = {f"param/{k}": p.value for k, p in self.model.named_parameters().items()}
-            arrays.update({f"opt/{k}": np.asarray(v) for k, v in self.opt.state_dict().items()})
+            arrays = {
+                f"param/{k}": to_host(p.value) for k, p in self.model.named_parameters().items()
+            }
+            arrays.update(
+                {f"opt/{k}": np.asarray(to_host(v)) for k, v in self.opt.state_dict().items()}
+            )
             meta = {
                 "epoch": self.epoch,
                 "history": self.history,
@@ -326,7 +339,7 @@ class Trainer:
                     f"checkpoint {path}: parameter {k} missing or of shape "
                     f"{None if v is None else v.shape}, expected {p.value.shape}"
                 )
-            p.value[...] = v
+            assign(p.value, v)
         self.opt.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("opt/")})
         self.epoch = int(meta["epoch"])
         self.history = list(meta["history"])

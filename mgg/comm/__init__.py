@@ -17,6 +17,10 @@ def get_comm(backend: str = "mpi", **kw) -> Comm:
             from .mpi import MPIComm
 
             _world[key] = MPIComm(**kw)
+        elif backend == "nvshmem":
+            from .nvshmem import NVSHMEMComm
+
+            _world[key] = NVSHMEMComm(**kw)
         else:
-            raise ValueError(f"unknown comm backend {backend!r}; choose 'mpi'")
+            raise ValueError(f"unknown comm backend {backend!r}; choose 'mpi' or 'nvshmem'")
     return _world[key]

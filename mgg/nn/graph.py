@@ -14,6 +14,7 @@ import numpy as np
 from ..graph.core import Graph
 from ..kernels import aggregate
 from ..partition import PartitionPlan, build_plan
+from .backend import assign
 
 
 class DistGraph:
@@ -22,7 +23,8 @@ class DistGraph:
     plan    this rank's PartitionPlan (with its transposed plan)
     comm    mgg.comm.Comm, or None for a single process without MPI
     design  aggregation design for P > 1 ('pipelined', 'bulk_halo', 'direct')
-    knobs   design options (dist, batch_rnp, window, ...)
+    backend 'cpu' (numpy, numba, MPI windows) or 'cuda' (cupy, the CUDA kernel, NVSHMEM)
+    knobs   design options (cpu: dist, batch_rnp, window; cuda: dist, wpb, mode)
     """
 
     def __init__(
@@ -31,15 +33,26 @@ class DistGraph:
         comm=None,
         *,
         design: str = "pipelined",
+        backend: str = "cpu",
         dtype=np.float32,
         **knobs,
     ):
         size = 1 if comm is None else comm.size
         if plan.num_ranks != size:
             raise ValueError(f"the plan is for {plan.num_ranks} ranks but the job has {size}")
+        if backend not in ("cpu", "cuda"):
+            raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+        if backend == "cuda" and design != "pipelined":
+            raise ValueError(f"the cuda backend runs the pipelined design, not {design!r}")
         self.plan, self.comm, self.design, self.knobs = plan, comm, design, knobs
+        self.backend = backend
         self.dtype = np.dtype(dtype)
-        self.xp = np
+        if backend == "cuda":
+            import cupy
+
+            self.xp = cupy
+        else:
+            self.xp = np
         self._aggs: dict = {}
         self._turn: dict = {}
         self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
@@ -79,12 +92,12 @@ class DistGraph:
         plan = self.plan.transposed if transpose else self.plan
         d = x.shape[1]
         self.stats["aggregations"] += 1
-        if self.comm is None or self.size == 1:
+        if self.backend == "cpu" and (self.comm is None or self.size == 1):
             x = np.ascontiguousarray(x, dtype=self.dtype)
             return aggregate(plan, x, op, eps=eps)
         agg = self._aggregator(transpose, d)
         if x is not agg.x:
-            agg.x[:] = x
+            assign(agg.x, x)
         before = agg.stats["remote_bytes"]
         out = agg(op, eps)
         self.stats["remote_bytes"] += agg.stats["remote_bytes"] - before
@@ -92,17 +105,22 @@ class DistGraph:
 
     @property
     def config(self) -> dict:
-        """The tunable knobs in force: ps, dist (fetch batches in flight), threads."""
+        """The tunable knobs in force: ps, dist and threads (cpu) or wpb (cuda)."""
         import numba
 
-        return {
-            "ps": self.plan.ps,
-            "dist": int(self.knobs.get("dist", 4)),
-            "threads": numba.get_num_threads(),
-        }
+        out = {"ps": self.plan.ps, "dist": int(self.knobs.get("dist", 4))}
+        if self.backend == "cuda":
+            out["wpb"] = int(self.knobs.get("wpb", 4))
+        else:
+            out["threads"] = numba.get_num_threads()
+        return out
 
     def configure(
-        self, ps: int | None = None, dist: int | None = None, threads: int | None = None
+        self,
+        ps: int | None = None,
+        dist: int | None = None,
+        threads: int | None = None,
+        wpb: int | None = None,
     ) -> None:
         """Collective: switch to another configuration (the tuner's knobs). The CSRs are
         kept; only the neighbor partitions and the aggregators are rebuilt."""
@@ -114,6 +132,11 @@ class DistGraph:
                     f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads}"
                 )
             numba.set_num_threads(int(threads))
+        if wpb is not None:
+            if self.backend != "cuda":
+                raise ValueError("wpb (warps per block) is a knob of the cuda backend")
+            self.free()
+            self.knobs = {**self.knobs, "wpb": int(wpb)}
         if ps is None and dist is None:
             return
         self.free()
@@ -130,13 +153,15 @@ class DistGraph:
         if key not in self._aggs:
             import time
 
-            from ..baselines import DESIGNS
-
             t0 = time.perf_counter()
             plan = self.plan.transposed if transpose else self.plan
+            comm = self.comm if self.size > 1 else None
+            if self.backend == "cuda":
+                from ..kernels.cuda.design import CUDA_DESIGNS as DESIGNS
+            else:
+                from ..baselines import DESIGNS
             self._aggs[key] = [
-                DESIGNS[self.design](plan, self.comm, dim, self.dtype, **self.knobs)
-                for _ in range(2)
+                DESIGNS[self.design](plan, comm, dim, self.dtype, **self.knobs) for _ in range(2)
             ]
             self._turn[key] = 0
             self.stats["setup_seconds"] += time.perf_counter() - t0

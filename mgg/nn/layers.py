@@ -14,6 +14,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from .backend import is_sparse, on_gpu, to_device, to_host
+
 
 class Parameter:
     """A trainable array with its gradient. ``decay``: subject to weight decay."""
@@ -77,6 +79,13 @@ class Module:
         for p in self.parameters():
             p.grad[...] = 0
 
+    def to(self, device: str) -> Module:
+        """Move every parameter to 'cpu' (numpy) or 'cuda' (cupy); returns self."""
+        move = to_device if device == "cuda" else to_host
+        for p in self.parameters():
+            p.value, p.grad = move(p.value), move(p.grad)
+        return self
+
 
 def glorot(rng: np.random.Generator, fan_in: int, fan_out: int, dtype) -> np.ndarray:
     a = math.sqrt(6.0 / (fan_in + fan_out))
@@ -84,12 +93,12 @@ def glorot(rng: np.random.Generator, fan_in: int, fan_out: int, dtype) -> np.nda
 
 
 def _matmul(x, w):
-    return x @ w if not sp.issparse(x) else np.asarray(x @ w)
+    return x @ w
 
 
 def _tmatmul(x, dy):
     """x.T @ dy for dense or sparse x, never densifying x."""
-    return np.asarray(x.T @ dy)
+    return x.T @ dy
 
 
 class Linear(Module):
@@ -158,6 +167,12 @@ class Dropout(Module):
             return x
         self._lb = g.lb
         key, threshold, scale = self._args(x)
+        if on_gpu(x):
+            from ..kernels.cuda import nn_ops
+
+            if is_sparse(x):
+                return nn_ops.dropout_csr(x, key, g.lb, threshold, scale)
+            return nn_ops.dropout_dense(x, key, g.lb, threshold, scale)
         if sp.issparse(x):  # the input features: no backward pass through here
             y = x.copy()
             _dropout_sparse(y.indptr, y.indices, y.data, key, g.lb, x.shape[1], threshold, scale)
@@ -170,6 +185,10 @@ class Dropout(Module):
         if not self._active:
             return dy
         key, threshold, scale = self._args(dy)
+        if on_gpu(dy):
+            from ..kernels.cuda import nn_ops
+
+            return nn_ops.dropout_dense(dy, key, self._lb, threshold, scale)
         dx = np.empty_like(dy)
         _dropout_dense(dy, dx, key, self._lb, threshold, scale)
         return dx
@@ -199,7 +218,7 @@ class GCNConv(Module):
         self.bias = Parameter(np.zeros(out_dim, dtype), decay, "bias") if bias else None
 
     def transform_first(self, x) -> bool:
-        return sp.issparse(x) or self.out_dim < self.in_dim
+        return is_sparse(x) or self.out_dim < self.in_dim
 
     def forward(self, x, g):
         self._g = g
@@ -262,7 +281,7 @@ class GINConv(Module):
         return float(self.eps.value[0]) if self.train_eps else self._eps_fixed
 
     def transform_first(self, x) -> bool:
-        return sp.issparse(x) or self.hidden < self.in_dim
+        return is_sparse(x) or self.hidden < self.in_dim
 
     def forward(self, x, g):
         self._g = g
@@ -286,7 +305,7 @@ class GINConv(Module):
         else:  # h = a W1 + b1, a = (1+eps) x + A x
             da = self.lin1.backward(dh)
         if self.train_eps:
-            self.eps.grad += np.asarray([(self._t * da).sum()], self.eps.grad.dtype)
+            self.eps.grad += (self._t * da).sum()
         if self._first:
             dt = g.propagate(da, "gin", transpose=True, eps=eps)
             self.lin1.weight.grad += _tmatmul(self._x, dt)

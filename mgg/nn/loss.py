@@ -7,6 +7,8 @@ import math
 import numba
 import numpy as np
 
+from .backend import on_gpu
+
 
 def softmax_cross_entropy(logits, y, mask, comm=None):
     """Mean cross-entropy of the masked rows, over all ranks.
@@ -15,9 +17,14 @@ def softmax_cross_entropy(logits, y, mask, comm=None):
     returns (loss, dlogits [n, C], correct, count): correct/count are global counts of the
     masked rows whose argmax equals y.
     """
-    grad = np.empty_like(logits)
-    local = np.zeros(3, np.float64)  # summed -log p, masked rows, right predictions
-    _softmax_ce(logits, y, mask, grad, local)
+    if on_gpu(logits):
+        from ..kernels.cuda import nn_ops
+
+        grad, local = nn_ops.softmax_ce(logits, y, mask)
+    else:
+        grad = np.empty_like(logits)
+        local = np.zeros(3, np.float64)  # summed -log p, masked rows, right predictions
+        _softmax_ce(logits, y, mask, grad, local)
     tot = local if comm is None or comm.size == 1 else comm.allreduce(local)
     count = max(tot[1], 1.0)
     grad *= grad.dtype.type(1.0 / count)
@@ -61,7 +68,7 @@ def _softmax_ce(logits, y, mask, grad, out):
 
 def accuracy(logits, y, mask, comm=None) -> float:
     """Fraction of the masked rows (over all ranks) predicted right."""
-    idx = np.flatnonzero(mask)
-    local = np.array([float((logits[idx].argmax(1) == y[idx]).sum()), float(idx.size)])
+    right = ((logits.argmax(1) == y) & mask).sum()
+    local = np.array([float(right), float(mask.sum())])
     tot = local if comm is None or comm.size == 1 else comm.allreduce(local)
     return float(tot[0] / tot[1]) if tot[1] else float("nan")

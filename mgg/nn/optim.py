@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backend import assign
 from .layers import Parameter
 
 
@@ -52,7 +53,7 @@ class SGD(Optimizer):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         for i, b in enumerate(self.buf):
-            b[...] = state[f"buf{i}"]
+            assign(b, state[f"buf{i}"])
 
 
 class Adam(Optimizer):
@@ -93,8 +94,8 @@ class Adam(Optimizer):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         for i, (m, v) in enumerate(zip(self.m, self.v, strict=True)):
-            m[...] = state[f"m{i}"]
-            v[...] = state[f"v{i}"]
+            assign(m, state[f"m{i}"])
+            assign(v, state[f"v{i}"])
 
 
 OPTIMIZERS = {"adam": Adam, "sgd": SGD}

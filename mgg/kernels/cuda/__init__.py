@@ -1,0 +1,266 @@
+"""The CUDA backend of the aggregation: aggregate.cu and a thin CuPy launcher.
+
+cupy is imported lazily: this module imports (and its host-side logic runs) without a
+GPU. Compiled modules are cached per (device, weighted, remote mode).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...partition.plan import PartitionPlan
+from ...tuner.model import WARP, Device, Workload, estimate
+
+SOURCE = Path(__file__).with_name("aggregate.cu")
+MODES = ("p2p", "get")
+
+
+def nvshmem_home() -> str | None:
+    """Where NVSHMEM's include/ and lib/ are: $NVSHMEM_HOME, or the nvidia-nvshmem wheel."""
+    if os.environ.get("NVSHMEM_HOME"):
+        return os.environ["NVSHMEM_HOME"]
+    try:
+        import nvidia.nvshmem as pkg  # the nvidia-nvshmem-cu13 wheel
+
+        return str(Path(next(iter(pkg.__path__))))
+    except ImportError:
+        return None
+
+
+def compile_options(weighted: bool, mode: str) -> tuple[str, ...]:
+    """nvcc/NVRTC options for one kernel variant."""
+    if mode not in MODES:
+        raise ValueError(f"remote mode must be one of {MODES}, got {mode!r}")
+    opts = (
+        "-std=c++17",
+        f"-DMGG_WEIGHTED={int(weighted)}",
+        f"-DMGG_REMOTE_GET={int(mode == 'get')}",
+    )
+    if mode == "get":
+        home = nvshmem_home()
+        if home is None:
+            raise RuntimeError(
+                "the get mode compiles against NVSHMEM: install "
+                "nvidia-nvshmem-cu13 or set NVSHMEM_HOME"
+            )
+        opts += ("-dc", f"-I{home}/include", f"-L{home}/lib", "-lnvshmem_device")
+    return opts
+
+
+@functools.cache
+def load_module(device_id: int, weighted: bool, mode: str):
+    """The compiled RawModule for this device and variant (compiled once per process)."""
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        if mode == "get":
+            mod = cupy.RawModule(
+                code=SOURCE.read_text(), options=compile_options(weighted, mode), backend="nvcc"
+            )
+            mod.get_function("mgg_aggregate")  # compile now
+            import nvshmem.bindings
+
+            # device-side NVSHMEM needs the module registered after nvshmem init
+            nvshmem.bindings.cumodule_init(mod.module.ptr)
+            return mod
+        mod = cupy.RawModule(code=SOURCE.read_text(), options=compile_options(weighted, mode))
+        mod.get_function("mgg_aggregate")
+        return mod
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Grid, block and dynamic shared memory of one launch, from (ps, dist, wpb, D)."""
+
+    ps: int
+    dist: int
+    wpb: int
+    dim: int
+    mode: str
+    warps: int
+    blocks: int
+    threads: int
+    smem: int
+
+
+def launch_config(
+    ps: int,
+    dist: int,
+    wpb: int,
+    dim: int,
+    n_lnp: int,
+    n_rnp: int,
+    device: Device,
+    mode: str = "p2p",
+) -> LaunchConfig:
+    """§3.4's host code: numWarps = max(#LNP, #RNP)/dist, grid = numWarps/wpb blocks of
+    wpb warps, shared memory as the kernel lays it out. Rejects what the device cannot
+    run, naming the limit, with the tuner's own model (one formula for both)."""
+    work = Workload(n_lnp * ps, n_rnp * ps, 0, dim, 0)
+    est = estimate(ps, dist, wpb, work, device, mode)
+    if not est.feasible:
+        raise ValueError(
+            f"invalid configuration ps={ps}, dist={dist}, wpb={wpb}, D={dim} "
+            f"on {device.name}: {est.reason}"
+        )
+    warps = max(1, -(-max(n_lnp, n_rnp) // dist))
+    blocks = max(1, -(-warps // wpb))
+    return LaunchConfig(ps, dist, wpb, dim, mode, warps, blocks, wpb * WARP, est.smem)
+
+
+def exclusive_flags(part_node: np.ndarray, other_node: np.ndarray, n: int, dist: int):
+    """uint8 [K]: 1 where the node of partition k is touched by no other warp (warp w owns
+    partitions w*dist..w*dist+dist-1 of both kinds), so its sums need no atomics."""
+    lo = np.full(n, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(n, -1, np.int64)
+    for nodes in (part_node, other_node):
+        if nodes.size == 0:
+            continue
+        v = np.arange(n)
+        first = np.searchsorted(nodes, v, "left")
+        last = np.searchsorted(nodes, v, "right") - 1
+        has = last >= first
+        lo[has] = np.minimum(lo[has], first[has] // dist)
+        hi[has] = np.maximum(hi[has], last[has] // dist)
+    excl = lo == hi
+    return excl[part_node].astype(np.uint8)
+
+
+class DevicePlan:
+    """A PartitionPlan's arrays on the GPU, with the exclusivity flags for one dist."""
+
+    def __init__(self, plan: PartitionPlan, dist: int):
+        import cupy
+
+        self.plan, self.dist = plan, dist
+        n = plan.num_local_nodes
+        up = cupy.asarray
+        self.lnp_ptr, self.lnp_node = up(plan.lnp_ptr), up(plan.lnp_node)
+        self.rnp_ptr, self.rnp_node = up(plan.rnp_ptr), up(plan.rnp_node)
+        self.local_idx = up(plan.local_indices)
+        self.remote_pe = up(plan.remote_pe.astype(np.int32))
+        self.remote_row = up(plan.remote_row.astype(np.int32))
+        self.local_w = up(plan.local_weights) if plan.has_weights else None
+        self.remote_w = up(plan.remote_weights) if plan.has_weights else None
+        self.local_indptr, self.remote_indptr = up(plan.local_indptr), up(plan.remote_indptr)
+        self.lnp_excl = up(exclusive_flags(plan.lnp_node, plan.rnp_node, n, dist))
+        self.rnp_excl = up(exclusive_flags(plan.rnp_node, plan.lnp_node, n, dist))
+
+
+def run(
+    dplan: DevicePlan,
+    x,
+    peer_ptrs,
+    out,
+    op: str,
+    eps: float,
+    cfg: LaunchConfig,
+    device_id: int,
+    stream=None,
+) -> None:
+    """Launch init, the MGG kernel and (for mean) finalize on this PE's rows.
+
+    x [>= n, D] float32 (this PE's rows; in the symmetric heap for the get mode)
+    peer_ptrs uint64 [P] base address of every PE's rows (p2p mode)
+    out [n, D] float32
+    """
+    import cupy
+
+    p = dplan.plan
+    n, d = p.num_local_nodes, cfg.dim
+    weighted = op == "gcn"
+    mod = load_module(device_id, weighted, cfg.mode)
+    i64, i32, f32 = np.int64, np.int32, np.float32
+    init = mod.get_function("mgg_init")
+    threads = 256
+    blocks = max(1, min(65535, -(-n * d // threads)))
+    scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
+    init((blocks,), (threads,), (x, out, i64(n * d), scale), stream=stream)
+    if p.lnp_node.size or p.rnp_node.size:
+        null = cupy.zeros(1, cupy.float32)
+        args = [
+            x,
+            dplan.lnp_ptr,
+            dplan.lnp_node,
+            dplan.lnp_excl,
+            i64(p.lnp_node.size),
+            dplan.local_idx,
+            dplan.local_w if weighted else null,
+            dplan.rnp_ptr,
+            dplan.rnp_node,
+            dplan.rnp_excl,
+            i64(p.rnp_node.size),
+            dplan.remote_pe,
+            dplan.remote_row,
+            dplan.remote_w if weighted else null,
+            peer_ptrs,
+            out,
+            i32(d),
+            i32(cfg.dist),
+        ]
+        if cfg.mode == "get":
+            args.append(i32(cfg.ps))
+        kernel = mod.get_function("mgg_aggregate")
+        if cfg.smem > 48 * 1024:
+            kernel.max_dynamic_shared_memory_size = cfg.smem
+        kernel((cfg.blocks,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
+    if op == "mean":
+        fin = mod.get_function("mgg_finalize_mean")
+        fin(
+            (blocks,),
+            (threads,),
+            (out, dplan.local_indptr, dplan.remote_indptr, i64(n), i32(d)),
+            stream=stream,
+        )
+
+
+def current_device() -> tuple[int, Device]:
+    """(id, limits) of the current GPU, queried live."""
+    import cupy
+
+    from ...tuner.model import live_gpu
+
+    dev_id = cupy.cuda.Device().id
+    return dev_id, live_gpu(dev_id)
+
+
+def aggregate_virtual(
+    plans: list[PartitionPlan],
+    x: np.ndarray,
+    op: str = "sum",
+    *,
+    eps: float = 0.0,
+    ps: int | None = None,
+    dist: int = 4,
+    wpb: int = 4,
+):
+    """P virtual PEs in one process on one GPU: each PE's rows in its own device buffer,
+    peers read through a table of their base pointers, the kernel run once per PE. Tests
+    the remote path for real without several processes. Returns the stitched [N, D]."""
+    import cupy
+
+    from ..reference import check_op
+
+    check_op(op, plans[0].has_weights)
+    dev_id, dev = current_device()
+    rows = plans[0].max_local_nodes
+    d = x.shape[1]
+    bufs = []
+    for p in plans:
+        b = cupy.zeros((max(rows, 1), d), cupy.float32)
+        b[: p.num_local_nodes] = cupy.asarray(x[p.lb : p.ub], cupy.float32)
+        bufs.append(b)
+    peers = cupy.asarray([b.data.ptr for b in bufs], cupy.uint64)
+    outs = []
+    for p, b in zip(plans, bufs, strict=True):
+        q = p.with_ps(ps) if ps else p
+        cfg = launch_config(q.ps, dist, wpb, d, q.lnp_node.size, q.rnp_node.size, dev)
+        out = cupy.empty((q.num_local_nodes, d), cupy.float32)
+        run(DevicePlan(q, dist), b, peers, out, op, eps, cfg, dev_id)
+        outs.append(out)
+    return cupy.asnumpy(cupy.concatenate(outs))
