@@ -504,31 +504,52 @@ def cmd_tune(args) -> int:
         search,
     )
 
-    if args.backend == "cuda":
-        raise ValueError("--backend cuda needs the GPU backend (cupy, nvshmem4py and a GPU)")
     comm = get_comm("mpi")  # first: from here on a failing rank aborts the job
+    cuda = args.backend == "cuda"
+    if cuda and comm.size > 1:
+        comm = get_comm("nvshmem")
     ds = load_dataset(args)
     g = ds.graph.gcn_norm() if args.op == "gcn" else ds.graph
     base = build_plan(g, comm.size, 16, rank=comm.rank, transposed=False)
     x = random_features(args.seed, base.lb, base.ub, args.dim)
-    dev = cpu_device(numba.config.NUMBA_NUM_THREADS)
+    if cuda:
+        from .kernels.cuda import current_device
+        from .kernels.cuda.design import CudaPipelined
+        from .nn.backend import assign
+
+        dev = current_device()[1]
+    else:
+        dev = cpu_device(numba.config.NUMBA_NUM_THREADS)
     space = default_space(dev)
 
-    def measure(cfg):
+    def make(cfg):
+        plan = base.with_ps(cfg["ps"])
+        if cuda:
+            return CudaPipelined(
+                plan, comm if comm.size > 1 else None, args.dim, dist=cfg["dist"], wpb=cfg["wpb"]
+            )
         numba.set_num_threads(cfg["threads"])
-        with Pipelined(base.with_ps(cfg["ps"]), comm, args.dim, dist=cfg["dist"]) as agg:
-            agg.x[:] = x
+        return Pipelined(plan, comm, args.dim, dist=cfg["dist"])
+
+    def measure(cfg):
+        with make(cfg) as agg:
+            if cuda:
+                assign(agg.x, x)
+            else:
+                agg.x[:] = x
             agg(args.op)  # warm-up
             times = []
             for _ in range(args.repeat):
                 comm.barrier()
                 t0 = time.perf_counter()
                 agg(args.op)
+                if cuda:
+                    _device_sync()
                 times.append(time.perf_counter() - t0)
         # every rank must see the same number, or the ranks would walk apart
         return float(np.median(comm.allreduce(np.array(times), "max")))
 
-    ranked = rank_configs(space, Workload.of(base, args.dim), dev)
+    ranked = rank_configs(space, Workload.of(base, args.dim), dev, "p2p" if cuda else "get")
     start = model_guess(ranked) if args.start == "model" else None
     t0 = time.perf_counter()
     res = search(space, measure, start=start, max_measurements=args.budget)
@@ -543,7 +564,8 @@ def cmd_tune(args) -> int:
         "search_seconds": time.perf_counter() - t0,
         "model_guess": model_guess(ranked),
     }
-    default = {"ps": 16, "dist": 4, "threads": max(space["threads"])}
+    third = "wpb" if cuda else "threads"
+    default = {"ps": 16, "dist": 4, third: 4 if cuda else max(space["threads"])}
     result["default"] = default
     result["default_latency_s"] = res.table().get(tuple(default.values())) or measure(default)
     table = res.table()

@@ -38,10 +38,25 @@ gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
 def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
     from mgg.kernels.cuda.nn_ops import SOURCE as NN
 
-    r = subprocess.run([NVCC, "-std=c++17", "--Werror", "all-warnings", "-gencode",
-                        "arch=compute_80,code=sm_80", "-gencode", "arch=compute_90,code=sm_90",
-                        "-c", str(NN), "-o", str(tmp_path / "nn.o")],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [
+            NVCC,
+            "-std=c++17",
+            "--Werror",
+            "all-warnings",
+            "-gencode",
+            "arch=compute_80,code=sm_80",
+            "-gencode",
+            "arch=compute_90,code=sm_90",
+            "-c",
+            str(NN),
+            "-o",
+            str(tmp_path / "nn.o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
 
 
@@ -176,3 +191,102 @@ def test_memcheck_is_clean(tmp_path):
     )
     assert r.returncode == 0 and "done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     assert "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr
+
+
+@gpu
+@pytest.mark.gpu
+def test_gpu_dropout_draws_the_cpu_masks_and_loss_matches(rng):
+    import cupy
+    import scipy.sparse as sp
+
+    from mgg.nn import Dropout, softmax_cross_entropy
+
+    class Rows:
+        lb = 123
+
+    x = rng.standard_normal((500, 37)).astype(np.float32)
+    drop = Dropout(0.4, seed=3, stream=1)
+    drop.epoch = 7
+    cpu = drop.forward(x, Rows())
+    gpu_out = cupy.asnumpy(drop.forward(cupy.asarray(x), Rows()))
+    np.testing.assert_array_equal(cpu != 0, gpu_out != 0)
+    np.testing.assert_allclose(cpu, gpu_out, rtol=1e-6)
+    xs = sp.random(500, 37, density=0.3, format="csr", random_state=0, dtype=np.float32)
+    from mgg.nn.backend import to_device
+
+    np.testing.assert_allclose(
+        drop.forward(xs, Rows()).toarray(),
+        drop.forward(to_device(xs), Rows()).get().toarray(),
+        rtol=1e-6,
+    )
+    logits = rng.standard_normal((400, 9)).astype(np.float32)
+    y = rng.integers(0, 9, 400)
+    mask = rng.random(400) < 0.5
+    a = softmax_cross_entropy(logits, y, mask)
+    b = softmax_cross_entropy(cupy.asarray(logits), cupy.asarray(y), cupy.asarray(mask))
+    assert abs(a[0] - b[0]) < 1e-5 and a[2:] == b[2:]
+    np.testing.assert_allclose(a[1], cupy.asnumpy(b[1]), atol=1e-6)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["gcn", "gin"])
+def test_gpu_training_follows_the_cpu_loss_curve(model):
+    from mgg.graph.generators import planted_partition
+    from mgg.train import Trainer, build_model, build_optimizer, prepare
+
+    ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
+    losses = {}
+    for backend in ("cpu", "cuda"):
+        dg, data = prepare(ds, None, model, backend=backend)
+        m = build_model(model, data, layers=3 if model == "gin" else None).to(backend)
+        t = Trainer(dg, data, m, build_optimizer("adam", m, 0.01, 5e-4), eval_every=0)
+        losses[backend] = [h["loss"] for h in t.fit(30)]
+        final = t.evaluate()
+    np.testing.assert_allclose(losses["cpu"], losses["cuda"], atol=2e-3)
+    assert 0 <= final["test_acc"] <= 1
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs):
+    pytest.importorskip("nvshmem.core")
+    from conftest import last_json, mpirun
+
+    r = mpirun(
+        nprocs,
+        "mgg",
+        "check",
+        "rmat:scale=12,ef=8",
+        "--backend",
+        "cuda",
+        "--op",
+        "all",
+        "--dim",
+        "32",
+        "--repeat",
+        "2",
+        "--json",
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = last_json(r.stdout)
+    assert all(run["ok"] for run in res["runs"]), res["runs"]
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("design", ["pipelined", "direct", "dgcl", "uvm"])
+@pytest.mark.parametrize("op", ["sum", "gcn", "gin", "mean"])
+def test_gpu_designs_equal_scipy(rng, design, op):
+    from mgg.baselines.cuda import aggregate_virtual_design
+
+    g = random_graph(rng, 2000, 40_000, hub_dst=True)
+    if op == "gcn":
+        g = g.gcn_norm()
+    x = rng.standard_normal((2000, 24)).astype(np.float32)
+    for nprocs in (1, 3, 8):
+        out = aggregate_virtual_design(design, build_plan(g, nprocs, 16), x, op, eps=0.5)
+        assert_agg_close(out, reference.aggregate(g, x, op, eps=0.5), g, x)
