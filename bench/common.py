@@ -111,25 +111,34 @@ def memory_bandwidth(gib: float = 1.0, repeat: int = 5) -> float:
 
 
 def write_results(
-    name: str, payload: dict, table: list[dict], columns: list[str], notes: str = ""
+    name: str,
+    payload: dict,
+    table: list[dict],
+    columns: list[str],
+    notes: str = "",
+    subdir: str = "",
+    extra_meta: dict | None = None,
 ) -> Path:
-    """Write <name>.json (payload + meta) and <name>.md (a table) under bench/results."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    """Write <name>.json (payload + meta) and <name>.md (a table) under bench/results
+    (or a sub-folder of it)."""
+    out_dir = RESULTS / subdir if subdir else RESULTS
+    out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "machine": machine(),
         "commit": commit(),
         "command": command(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **(extra_meta or {}),
     }
     out = {"meta": meta, **payload, "table": table}
-    path = RESULTS / f"{name}.json"
+    path = out_dir / f"{name}.json"
     path.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
     lines = [
         f"# {name}",
         "",
         f"Machine: {meta['machine']['cpu']}, {meta['machine']['cores']} cores, "
         f"{meta['machine']['memory_gib']} GiB · commit `{meta['commit']}` · "
-        f"{meta['date']}",
+        f"{meta['date']}" + (f" · device **{meta['device']}**" if "device" in meta else ""),
         "",
         f"Command: `{meta['command']}`",
         "",
@@ -140,7 +149,7 @@ def write_results(
     lines.append("|" + "|".join("---" for _ in columns) + "|")
     for row in table:
         lines.append("| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |")
-    (RESULTS / f"{name}.md").write_text("\n".join(lines) + "\n")
+    (out_dir / f"{name}.md").write_text("\n".join(lines) + "\n")
     return path
 
 

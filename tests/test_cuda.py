@@ -278,7 +278,7 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs):
 
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("design", ["pipelined", "direct", "dgcl", "uvm"])
+@pytest.mark.parametrize("design", ["pipelined", "direct", "dgcl", "uvm", "no_interleave"])
 @pytest.mark.parametrize("op", ["sum", "gcn", "gin", "mean"])
 def test_gpu_designs_equal_scipy(rng, design, op):
     from mgg.baselines.cuda import aggregate_virtual_design

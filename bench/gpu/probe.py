@@ -49,13 +49,20 @@ def step(results, name, fn):
     t0 = time.perf_counter()
     try:
         detail = fn()
-        results.append({"step": name, "ok": True, "detail": detail,
-                        "seconds": time.perf_counter() - t0})
+        results.append(
+            {"step": name, "ok": True, "detail": detail, "seconds": time.perf_counter() - t0}
+        )
         return True
     except Exception as e:  # noqa: BLE001 - the point is to record what fails
-        results.append({"step": name, "ok": False, "error": f"{type(e).__name__}: {e}",
-                        "trace": traceback.format_exc(limit=4),
-                        "seconds": time.perf_counter() - t0})
+        results.append(
+            {
+                "step": name,
+                "ok": False,
+                "error": f"{type(e).__name__}: {e}",
+                "trace": traceback.format_exc(limit=4),
+                "seconds": time.perf_counter() - t0,
+            }
+        )
         return False
 
 
@@ -86,9 +93,12 @@ def main():
         else:
             nvshmem.init(device=dev, mpi_comm=comm, initializer_method=args.init)
         state.update(nvshmem=nvshmem, cupy=cupy, dev=dev_id)
-        return {"my_pe": int(nvshmem.my_pe()), "n_pes": int(nvshmem.n_pes()),
-                "device": cupy.cuda.runtime.getDeviceProperties(dev_id)["name"].decode(),
-                "init_method": args.init}
+        return {
+            "my_pe": int(nvshmem.my_pe()),
+            "n_pes": int(nvshmem.n_pes()),
+            "device": cupy.cuda.runtime.getDeviceProperties(dev_id)["name"].decode(),
+            "init_method": args.init,
+        }
 
     def symmetric():
         cupy, nvshmem = state["cupy"], state["nvshmem"]
@@ -108,9 +118,17 @@ def main():
         val = float(cupy.asnumpy(peer[:4]).mean())
         if val != pe + 1:
             raise RuntimeError(f"read {val} from pe {pe}, expected {pe + 1}")
-        state["peers"] = cupy.asarray(np.array(
-            [state["x"].data.ptr if p == rank else nvshmem.get_peer_array(state["x"], p).data.ptr
-             for p in range(size)], np.uint64))
+        state["peers"] = cupy.asarray(
+            np.array(
+                [
+                    state["x"].data.ptr
+                    if p == rank
+                    else nvshmem.get_peer_array(state["x"], p).data.ptr
+                    for p in range(size)
+                ],
+                np.uint64,
+            )
+        )
         return {"read_from_pe": pe, "value": val}
 
     def pointer_table_kernel():
@@ -118,8 +136,9 @@ def main():
         mod = cupy.RawModule(code=PEER_READ)
         out = cupy.zeros(1024, cupy.float32)
         pe = (rank + 1) % size
-        mod.get_function("read_peer")((1,), (256,), (state["peers"], np.int32(pe), out,
-                                                      np.int32(1024)))
+        mod.get_function("read_peer")(
+            (1,), (256,), (state["peers"], np.int32(pe), out, np.int32(1024))
+        )
         cupy.cuda.Device().synchronize()
         got = float(out.mean().get())
         if got != pe + 1:
@@ -135,9 +154,11 @@ def main():
         home = nvshmem_home()
         if home is None:
             raise RuntimeError("no NVSHMEM headers found (nvidia-nvshmem-cu13 / NVSHMEM_HOME)")
-        mod = cupy.RawModule(code=NBI_GET, backend="nvcc",
-                             options=("-dc", f"-I{home}/include", f"-L{home}/lib",
-                                      "-lnvshmem_device"))
+        mod = cupy.RawModule(
+            code=NBI_GET,
+            backend="nvcc",
+            options=("-dc", f"-I{home}/include", f"-L{home}/lib", "-lnvshmem_device"),
+        )
         fn = mod.get_function("get_peer")
         nvshmem.bindings.cumodule_init(mod.module.ptr)
         out = cupy.zeros(256, cupy.float32)
@@ -154,10 +175,16 @@ def main():
         ok = step(results, "2. symmetric arrays (nvshmem.core.array)", symmetric)
     if ok:
         if step(results, "3. get_peer_array between PEs on the same GPU", peer_array):
-            step(results, "4. RawModule kernel reading a peer through a pointer table",
-                 pointer_table_kernel)
-        step(results, "5. nvcc -dc kernel with nvshmemx_float_get_nbi_warp after "
-             "cumodule_init", nbi_get_kernel)
+            step(
+                results,
+                "4. RawModule kernel reading a peer through a pointer table",
+                pointer_table_kernel,
+            )
+        step(
+            results,
+            "5. nvcc -dc kernel with nvshmemx_float_get_nbi_warp after cumodule_init",
+            nbi_get_kernel,
+        )
     all_results = comm.gather(results, root=0)
     if "nvshmem" in state:
         try:
@@ -175,19 +202,31 @@ def main():
 def write(all_results, size, init):
     out = ROOT / "bench" / "results" / "gpu"
     out.mkdir(parents=True, exist_ok=True)
-    payload = {"np": size, "init": init, "host": platform.node(),
-               "date": time.strftime("%Y-%m-%d %H:%M:%S"), "ranks": all_results}
+    payload = {
+        "np": size,
+        "init": init,
+        "host": platform.node(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "ranks": all_results,
+    }
     (out / "probe.json").write_text(json.dumps(payload, indent=1))
-    lines = ["# GPU notes: what NVSHMEM does on the GPU machine", "",
-             f"Generated by `launch/mggrun -np {size} python bench/gpu/probe.py --init {init}` "
-             f"on {payload['date']} ({payload['host']}). Raw: "
-             "`bench/results/gpu/probe.json`.", "",
-             "| step | rank 0 | all ranks | detail or error |", "|---|---|---|---|"]
+    lines = [
+        "# GPU notes: what NVSHMEM does on the GPU machine",
+        "",
+        f"Generated by `launch/mggrun -np {size} python bench/gpu/probe.py --init {init}` "
+        f"on {payload['date']} ({payload['host']}). Raw: "
+        "`bench/results/gpu/probe.json`.",
+        "",
+        "| step | rank 0 | all ranks | detail or error |",
+        "|---|---|---|---|",
+    ]
     for i, r0 in enumerate(all_results[0]):
         ok_all = all(len(r) > i and r[i]["ok"] for r in all_results)
         detail = json.dumps(r0.get("detail")) if r0["ok"] else r0.get("error", "")
-        lines.append(f"| {r0['step']} | {'ok' if r0['ok'] else 'FAILS'} | "
-                     f"{'ok' if ok_all else 'FAILS'} | {detail} |")
+        lines.append(
+            f"| {r0['step']} | {'ok' if r0['ok'] else 'FAILS'} | "
+            f"{'ok' if ok_all else 'FAILS'} | {detail} |"
+        )
     lines += ["", "The design follows these results: see docs/runtime.md, 'GPU backend'."]
     (ROOT / "docs" / "gpu-notes.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -11,6 +11,7 @@ times compare designs on equal hardware. All produce the scipy oracle's output.
              rest prefer the host, so remote reads fault pages over the interconnect
   dgcl       DGCL-style: a host-initiated bulk gather of the halo into a staging
              buffer, then a kernel over local memory only
+  no_interleave  the ablation of Fig. 9: LNPs and RNPs in two separate launches
 """
 
 from __future__ import annotations
@@ -199,7 +200,18 @@ class UVM(VirtualDesign):
         run(dp, self.bufs[r], self.peers, out, op, eps, cfg, self.dev_id)
 
 
-GPU_DESIGNS = {d.name: d for d in (Pipelined, Direct, DGCL, UVM)}
+class NoInterleave(VirtualDesign):
+    """MGG without interleaving (Fig. 9): all LNPs in one launch, then all RNPs in a
+    second, so local and remote work no longer share the SMs."""
+
+    name = "no_interleave"
+
+    def _run_pe(self, r, p, dp, cfg, out, op, eps) -> None:
+        for parts in ("local", "remote"):
+            run(dp, self.bufs[r], self.peers, out, op, eps, cfg, self.dev_id, parts=parts)
+
+
+GPU_DESIGNS = {d.name: d for d in (Pipelined, Direct, DGCL, UVM, NoInterleave)}
 
 
 def aggregate_virtual_design(

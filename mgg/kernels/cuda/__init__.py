@@ -162,39 +162,49 @@ def run(
     cfg: LaunchConfig,
     device_id: int,
     stream=None,
+    parts: str = "both",
 ) -> None:
     """Launch init, the MGG kernel and (for mean) finalize on this PE's rows.
 
     x [>= n, D] float32 (this PE's rows; in the symmetric heap for the get mode)
     peer_ptrs uint64 [P] base address of every PE's rows (p2p mode)
     out [n, D] float32
+    parts: 'both' interleaves LNPs and RNPs in one launch (MGG); 'local' / 'remote' run
+    one kind only (init with 'local', finalize with 'remote'): two launches make the
+    "no interleaving" ablation.
     """
     import cupy
 
+    if parts not in ("both", "local", "remote"):
+        raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     p = dplan.plan
     n, d = p.num_local_nodes, cfg.dim
     weighted = op == "gcn"
     mod = load_module(device_id, weighted, cfg.mode)
     i64, i32, f32 = np.int64, np.int32, np.float32
-    init = mod.get_function("mgg_init")
     threads = 256
     blocks = max(1, min(65535, -(-n * d // threads)))
-    scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
-    init((blocks,), (threads,), (x, out, i64(n * d), scale), stream=stream)
-    if p.lnp_node.size or p.rnp_node.size:
+    if parts in ("both", "local"):
+        scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
+        mod.get_function("mgg_init")(
+            (blocks,), (threads,), (x, out, i64(n * d), scale), stream=stream
+        )
+    n_lnp = p.lnp_node.size if parts in ("both", "local") else 0
+    n_rnp = p.rnp_node.size if parts in ("both", "remote") else 0
+    if n_lnp or n_rnp:
         null = cupy.zeros(1, cupy.float32)
         args = [
             x,
             dplan.lnp_ptr,
             dplan.lnp_node,
             dplan.lnp_excl,
-            i64(p.lnp_node.size),
+            i64(n_lnp),
             dplan.local_idx,
             dplan.local_w if weighted else null,
             dplan.rnp_ptr,
             dplan.rnp_node,
             dplan.rnp_excl,
-            i64(p.rnp_node.size),
+            i64(n_rnp),
             dplan.remote_pe,
             dplan.remote_row,
             dplan.remote_w if weighted else null,
@@ -208,10 +218,10 @@ def run(
         kernel = mod.get_function("mgg_aggregate")
         if cfg.smem > 48 * 1024:
             kernel.max_dynamic_shared_memory_size = cfg.smem
-        kernel((cfg.blocks,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
-    if op == "mean":
-        fin = mod.get_function("mgg_finalize_mean")
-        fin(
+        grid = max(1, -(-max(1, -(-max(n_lnp, n_rnp) // cfg.dist)) // cfg.wpb))
+        kernel((grid,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
+    if op == "mean" and parts in ("both", "remote"):
+        mod.get_function("mgg_finalize_mean")(
             (blocks,),
             (threads,),
             (out, dplan.local_indptr, dplan.remote_indptr, i64(n), i32(d)),

@@ -1,0 +1,95 @@
+"""End to end on one GPU: the epoch time of GCN (2 x 16) and GIN (5 x 64) full-graph
+training, mgg vs PyG.
+
+    python bench/gpu/e2e_vs_pyg.py [--scale 0.25] [--epochs 20]
+
+Same stand-in graph, features, labels and model; Adam; one training step (forward,
+backward, optimizer) timed with CUDA events, round-robin, medians. Goal: >= 2x PyG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+from common_gpu import GPU_RESULTS, PAPER_GRAPHS, cuda_compare, raw_log, standin_graph, write_gpu
+
+from mgg.train import Trainer, build_model, build_optimizer, prepare
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from train_vs_pyg import pyg_model  # noqa: E402
+
+
+def pyg_step(name, ds):
+    import torch
+
+    src, dst = ds.graph.edges()
+    edge_index = torch.from_numpy(np.stack([src, dst]).astype(np.int64)).cuda()
+    x = torch.from_numpy(np.asarray(ds.x)).cuda()
+    y = torch.from_numpy(ds.y).cuda()
+    train = torch.from_numpy(ds.train_mask).cuda()
+    model = pyg_model(name, x.shape[1], ds.num_classes).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def step():
+        model.train()
+        opt.zero_grad()
+        out = model(x, edge_index)
+        torch.nn.functional.cross_entropy(out[train], y[train]).backward()
+        opt.step()
+
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=0.25)
+    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
+    args = ap.parse_args()
+    rows = []
+    with raw_log("e2e_vs_pyg"):
+        for gname in args.graphs.split(","):
+            ds = standin_graph(gname, args.scale, features=True)
+            from mgg.graph.generators import make_split
+
+            if ds.train_mask is None:
+                ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)
+            for model in ("gcn", "gin"):
+                dg, data = prepare(ds, None, model, backend="cuda")
+                m = build_model(model, data).to("cuda")
+                t = Trainer(dg, data, m, build_optimizer("adam", m, 0.01, 5e-4), eval_every=0)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    pyg = pyg_step(model, ds)
+                times = cuda_compare({"mgg": t.train_step, "pyg": pyg}, repeat=args.epochs)
+                row = {
+                    "graph": gname,
+                    "nodes": ds.graph.num_nodes,
+                    "edges": ds.graph.num_edges,
+                    "model": model,
+                    "mgg_ms": times["mgg"] * 1e3,
+                    "pyg_ms": times["pyg"] * 1e3,
+                    "speedup": times["pyg"] / times["mgg"],
+                }
+                rows.append(row)
+                print(
+                    f"{gname} {model}: mgg {row['mgg_ms']:.2f} ms PyG {row['pyg_ms']:.2f} ms"
+                    f" -> {row['speedup']:.2f}x",
+                    flush=True,
+                )
+        write_gpu(
+            "e2e_vs_pyg",
+            {"scale": args.scale},
+            rows,
+            ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup"],
+            notes="One GPU, P = 1. Training step: forward, backward, Adam.",
+        )
+    print(f"results in {GPU_RESULTS}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Fig. 8: MGG vs the unified-memory design, GCN and GIN, at P = 2, 4, 8 PEs.
+
+    python bench/gpu/fig8_mgg_vs_uvm.py [--np 2,4,8] [--scale 1.0]
+
+What the two designs differ in is the aggregation: per forward pass GCN (2 layers, 16
+hidden) aggregates twice at width 16, GIN (5 layers, 64 hidden) five times at width 64
+(the layers transform before aggregating). Goal: MGG >= 3.65x UVM on average.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from common_gpu import GPU_RESULTS, PAPER_GRAPHS, raw_log, standin_graph, time_designs, write_gpu
+
+MODELS = {"gcn": (16, 2, "gcn"), "gin": (64, 5, "gin")}  # width, aggregations, op
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
+    for ax, model in zip(axes, MODELS, strict=True):
+        sel = [r for r in rows if r["model"] == model]
+        nps = sorted({r["np"] for r in sel})
+        graphs = list(dict.fromkeys(r["graph"] for r in sel))
+        w = 0.8 / len(nps)
+        for i, p in enumerate(nps):
+            vals = [
+                next(r["speedup"] for r in sel if r["graph"] == g and r["np"] == p) for g in graphs
+            ]
+            ax.bar(np.arange(len(graphs)) + i * w, vals, w, label=f"P = {p}")
+        ax.axhline(3.65, color="k", ls="--", lw=1, label="goal 3.65x")
+        ax.set_xticks(np.arange(len(graphs)) + w * (len(nps) - 1) / 2, graphs)
+        ax.set_title(f"{model.upper()}: MGG speedup over UVM")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--np", default="2,4,8")
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
+    args = ap.parse_args()
+    rows = []
+    with raw_log("fig8_mgg_vs_uvm"):
+        for name in args.graphs.split(","):
+            g = standin_graph(name, args.scale).graph
+            for p in (int(v) for v in args.np.split(",")):
+                for model, (width, count, op) in MODELS.items():
+                    t = time_designs(g, p, width, ["pipelined", "uvm"], op=op)
+                    row = {
+                        "graph": name,
+                        "np": p,
+                        "model": model,
+                        "mgg_ms": count * t["pipelined"] * 1e3,
+                        "uvm_ms": count * t["uvm"] * 1e3,
+                        "speedup": t["uvm"] / t["pipelined"],
+                    }
+                    rows.append(row)
+                    print(
+                        f"{name} P={p} {model}: MGG {row['mgg_ms']:.2f} ms UVM "
+                        f"{row['uvm_ms']:.2f} ms -> {row['speedup']:.2f}x",
+                        flush=True,
+                    )
+        plot(rows, GPU_RESULTS / "fig8_mgg_vs_uvm.png")
+        mean = {m: float(np.mean([r["speedup"] for r in rows if r["model"] == m])) for m in MODELS}
+        write_gpu(
+            "fig8_mgg_vs_uvm",
+            {"scale": args.scale, "mean_speedup": mean},
+            rows,
+            ["graph", "np", "model", "mgg_ms", "uvm_ms", "speedup"],
+            notes=f"Aggregation time of one forward pass; P virtual PEs on one GPU. "
+            f"Mean speedup: GCN {mean['gcn']:.2f}x, GIN {mean['gin']:.2f}x "
+            "(paper: 3.16x GCN, 4.15x GIN on 8 A100s).",
+        )
+
+
+if __name__ == "__main__":
+    main()
