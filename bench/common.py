@@ -171,6 +171,23 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
+def mgg_json(nprocs: int, *args, timeout: float = 3600) -> dict:
+    """Run `mggrun -np P mgg ARGS --json` and return the JSON of its last line."""
+    cmd = [
+        sys.executable,
+        str(ROOT / "launch" / "mggrun"),
+        "-np",
+        str(nprocs),
+        "mgg",
+        *map(str, args),
+        "--json",
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def real_graphs(
     names=(
         "cora",

@@ -10,40 +10,18 @@ ratios come from one run. Goals: pipelined >= 1.3x bulk halo and >= 3x direct.
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 
 import numpy as np
 
-from common import RESULTS, ROOT, real_graphs, write_results
+from common import RESULTS, mgg_json, real_graphs, write_results
 
 DESIGNS = ("pipelined", "bulk_halo", "direct")
 
 
 def run_check(nprocs, graph, dim, repeat):
-    cmd = [
-        sys.executable,
-        str(ROOT / "launch" / "mggrun"),
-        "-np",
-        str(nprocs),
-        "mgg",
-        "check",
-        graph,
-        "--dim",
-        str(dim),
-        "--op",
-        "sum",
-        "--window",
-        "all",
-        "--repeat",
-        str(repeat),
-        "--json",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=1800)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return mgg_json(
+        nprocs, "check", graph, "--dim", dim, "--op", "sum", "--window", "all", "--repeat", repeat
+    )
 
 
 def rows_of(res, graph_name):

@@ -12,9 +12,6 @@ Goals: mgg >= 10x PyG's GCN epoch at P = 1; P = 2 no slower than P = 1 on 2 core
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -28,7 +25,7 @@ from mgg.graph.generators import make_split, random_features, resolve
 from mgg.graph.io import read_npz, write_npz
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 
-from common import RESULTS, ROOT, compare, real_graphs, write_results
+from common import RESULTS, compare, mgg_json, real_graphs, write_results
 
 
 def complete(ds: Dataset, seed: int = 0) -> Dataset:
@@ -117,27 +114,9 @@ def pyg_step_fn(name, ds: Dataset, data_x):
 
 
 def mgg_job(nprocs, path, model, epochs):
-    cmd = [
-        sys.executable,
-        str(ROOT / "launch" / "mggrun"),
-        "-np",
-        str(nprocs),
-        "mgg",
-        "train",
-        "--dataset",
-        str(path),
-        "--model",
-        model,
-        "--epochs",
-        str(epochs),
-        "--eval-every",
-        "0",
-        "--json",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return mgg_json(
+        nprocs, "train", "--dataset", path, "--model", model, "--epochs", epochs, "--eval-every", 0
+    )
 
 
 def measure(ds: Dataset, models, epochs, tmp: Path, rows):

@@ -100,6 +100,17 @@ def test_starting_from_the_model_guess_needs_fewer_measurements():
     assert from_near.measured < from_origin.measured
 
 
+@pytest.mark.parametrize(
+    "name", ["convex", "convex, near origin", "plateau", "infeasible region", "ridge in ps"]
+)
+def test_search_from_a_corner_walks_down_too(name):
+    f = LANDSCAPES[name]
+    truth = exhaustive(SPACE, f)
+    res = search(SPACE, f, start={"ps": 32, "dist": 16, "wpb": 16})
+    assert res.best_latency <= 1.05 * truth.best_latency, (res.best, truth.best)
+    assert res.measured < 30
+
+
 def test_budget_and_failures():
     def broken(c):
         if c["dist"] == 2:
@@ -221,6 +232,8 @@ def test_mgg_tune_reports_search_and_exhaustive_best(tmp_path):
     ):
         assert key in res
     assert res["exhaustive_best_latency_s"] <= res["best_latency_s"]
+    assert set(res["confirmed_latency_s"]) == {"start", "default", "tuned", "exhaustive_best"}
+    assert all(v > 0 for v in res["confirmed_latency_s"].values())
     assert res["start"] == {"ps": 1, "dist": 1, "threads": 1}
     assert res["measured"] == len(res["trace"]) >= 2
     assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*-trace.json"))

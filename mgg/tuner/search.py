@@ -8,7 +8,8 @@ with that configuration (inf, or an exception, marks it infeasible). Every measu
 goes into a lookup table, so no configuration is run twice.
 
 The walk: start at the first value of every knob (the paper's (1, 1, 1)) or at a given
-start; grow ps while the latency falls, then dist, then the third knob (wpb); when that
+start; grow ps while the latency falls (from a start inside the space, shrink it when
+growing does not help), then dist, then the third knob (wpb); when that
 stops helping, step ps back to its second-best value and grow the others again; stop
 when no move beats the top three latencies seen.
 """
@@ -88,14 +89,21 @@ class _Walk:
         return min(self.table, key=self.table.get)
 
     def grow(self, idx: tuple, knob: int, phase: str) -> tuple:
-        """Step one knob up while the latency falls; return where it stopped."""
+        """Step one knob up while the latency falls; if the first step up does not help
+        (or there is none), step down instead. Return where it stopped."""
         cur = self.latency(idx, phase)
-        while idx[knob] + 1 < len(self.space[self.knobs[knob]]) and not self.exhausted():
-            nxt = idx[:knob] + (idx[knob] + 1,) + idx[knob + 1 :]
-            lat = self.latency(nxt, phase)
-            if not lat < cur:
+        moved = False
+        for step in (1, -1):
+            while (
+                0 <= idx[knob] + step < len(self.space[self.knobs[knob]]) and not self.exhausted()
+            ):
+                nxt = idx[:knob] + (idx[knob] + step,) + idx[knob + 1 :]
+                lat = self.latency(nxt, phase)
+                if not lat < cur:
+                    break
+                idx, cur, moved = nxt, lat, True
+            if moved:
                 break
-            idx, cur = nxt, lat
         return idx
 
 
@@ -110,6 +118,9 @@ def search(
         idx = tuple(w.space[k].index(start[k]) for k in w.knobs)
     start_lat = w.latency(idx, "start")
     start_idx = idx
+    if not math.isfinite(start_lat) and any(idx):  # an infeasible start: the paper's
+        idx = (0,) * len(w.knobs)
+        w.latency(idx, "start")
     # 1-2: grow ps, then dist, then the third knob
     for k in range(len(w.knobs)):
         idx = w.grow(idx, k, f"grow {w.knobs[k]}")
