@@ -290,3 +290,21 @@ def test_gpu_designs_equal_scipy(rng, design, op):
     for nprocs in (1, 3, 8):
         out = aggregate_virtual_design(design, build_plan(g, nprocs, 16), x, op, eps=0.5)
         assert_agg_close(out, reference.aggregate(g, x, op, eps=0.5), g, x)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["sum", "mean", "gcn", "gin"])
+def test_cuda_backend_of_the_aggregate_entry_point(rng, op):
+    import cupy
+
+    from mgg.kernels import aggregate, gather_halo
+
+    g = random_graph(rng, 1500, 20_000, hub_src=True)
+    if op == "gcn":
+        g = g.gcn_norm()
+    x = rng.standard_normal((1500, 40)).astype(np.float32)
+    for p in build_plan(g, 3, 8):
+        want = aggregate(p, x[p.lb : p.ub], op, halo=gather_halo(p, x), eps=0.3)
+        got = aggregate(p, x[p.lb : p.ub], op, halo=gather_halo(p, x), eps=0.3, backend="cuda")
+        np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)

@@ -77,5 +77,7 @@ def test_bad_inputs_are_named(rng):
         aggregate(p, x, "sum")
     with pytest.raises(ValueError, match="halo has shape"):
         aggregate(p, x, "sum", halo=np.ones((p.num_halo, 5), np.float32))
+    with pytest.raises(ValueError, match="unknown backend"):
+        aggregate(p, x, "sum", halo=gather_halo(p, np.ones((50, 4), np.float32)), backend="tpu")
     with pytest.raises(ValueError, match="x has shape"):
         aggregate(p, x[:1], "sum", halo=gather_halo(p, np.ones((50, 4), np.float32)))

@@ -29,9 +29,12 @@ def aggregate(
     halo  [H, D]        the remote rows in halo order (plan.halo_pe/halo_row), filled by
                         the caller; may be None when the plan has no remote edges
     out   [n_local, D]  optional output buffer
+    backend  'cpu' (numba) or 'cuda' (the MGG kernel; numpy or cupy in, cupy out)
     returns out [n_local, D]
     """
     check_op(op, plan.has_weights)
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"unknown backend {backend!r}; choose 'cpu' or 'cuda'")
     n = plan.num_local_nodes
     if x.ndim != 2 or x.shape[0] < n:
         raise ValueError(
@@ -46,24 +49,26 @@ def aggregate(
             )
         if halo.ndim != 2 or halo.shape[0] < plan.num_halo or halo.shape[1] != d:
             raise ValueError(f"halo has shape {halo.shape}, expected ({plan.num_halo}, {d})")
+    if backend == "cuda":
+        from .cuda import aggregate_halo
+
+        return aggregate_halo(plan, x, halo, op, eps, out=out)
     if out is None:
-        out = np.empty((n, d), x.dtype) if backend != "cuda" else None
+        out = np.empty((n, d), x.dtype)
     elif out.shape != (n, d):
         raise ValueError(f"out has shape {out.shape}, expected ({n}, {d})")
-    if backend == "cpu":
-        cpu.init_out(op, x, out, eps)
-        w = plan.local_weights if op == "gcn" else None
+    cpu.init_out(op, x, out, eps)
+    w = plan.local_weights if op == "gcn" else None
+    cpu.accumulate(
+        plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, out
+    )
+    if plan.num_remote_edges:
+        w = plan.remote_weights if op == "gcn" else None
         cpu.accumulate(
-            plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, out
+            plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
         )
-        if plan.num_remote_edges:
-            w = plan.remote_weights if op == "gcn" else None
-            cpu.accumulate(
-                plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
-            )
-        cpu.finalize(op, plan.in_degrees(), out)
-        return out
-    raise ValueError(f"unknown backend {backend!r}; choose 'cpu'")
+    cpu.finalize(op, plan.in_degrees(), out)
+    return out
 
 
 def gather_halo(plan: PartitionPlan, x_global: np.ndarray) -> np.ndarray:

@@ -239,6 +239,38 @@ def current_device() -> tuple[int, Device]:
     return dev_id, live_gpu(dev_id)
 
 
+def aggregate_halo(
+    plan: PartitionPlan,
+    x,
+    halo,
+    op: str,
+    eps: float = 0.0,
+    *,
+    dist: int = 4,
+    wpb: int = 4,
+    out=None,
+):
+    """One rank's aggregation on the GPU with the remote rows given by the caller, as the
+    CPU kernel takes them: the halo [H, D] becomes a pseudo-peer the kernel reads through
+    the pointer table. x, halo: numpy or cupy; returns cupy [n, D]."""
+    import cupy
+
+    dev_id, dev = current_device()
+    n, d = plan.num_local_nodes, x.shape[1]
+    xd = cupy.ascontiguousarray(cupy.asarray(x, cupy.float32))
+    hd = cupy.ascontiguousarray(
+        cupy.asarray(halo if halo is not None else np.zeros((1, d), np.float32), cupy.float32)
+    )
+    dp = DevicePlan(plan, dist)
+    dp.remote_pe = cupy.zeros(plan.num_remote_edges, cupy.int32)
+    dp.remote_row = cupy.asarray(plan.remote_slot.astype(np.int32))
+    peers = cupy.asarray(np.array([hd.data.ptr], np.uint64))
+    cfg = launch_config(plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev)
+    out = cupy.empty((n, d), cupy.float32) if out is None else out
+    run(dp, xd, peers, out, op, eps, cfg, dev_id)
+    return out
+
+
 def aggregate_virtual(
     plans: list[PartitionPlan],
     x: np.ndarray,
