@@ -360,7 +360,7 @@ def cmd_check(args) -> int:
         windows = [comm.window]
     lead = comm.rank == 0
     ds = load_dataset(args)
-    graphs = {}
+    gcn_graph = ds.graph.gcn_norm() if "gcn" in ops else None
     result = {
         "graph": ds.name,
         "np": comm.size,
@@ -371,9 +371,7 @@ def cmd_check(args) -> int:
         "runs": [],
     }
     for op in ops:
-        if op == "gcn" and "gcn" not in graphs:
-            graphs["gcn"] = ds.graph.gcn_norm()
-        g = graphs["gcn"] if op == "gcn" else ds.graph
+        g = gcn_graph if op == "gcn" else ds.graph
         plan = build_plan(g, comm.size, args.ps, rank=comm.rank, transposed=False)
         x = random_features(args.seed, plan.lb, plan.ub, args.dim)
         ref = (
@@ -635,6 +633,7 @@ def cmd_tune(args) -> int:
 def cmd_train(args) -> int:
     from .comm import get_comm
     from .graph.generators import resolve
+    from .nn.backend import is_sparse
     from .train import Trainer, build_model, build_optimizer, prepare
 
     comm = get_comm("mpi", window=args.window)  # first: a failing rank now aborts the job
@@ -669,7 +668,7 @@ def cmd_train(args) -> int:
     if say:
         say(
             f"{ds.name}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, "
-            f"{data.num_features} features{' (sparse)' if _sparse(data.x) else ''}, "
+            f"{data.num_features} features{' (sparse)' if is_sparse(data.x) else ''}, "
             f"{data.num_classes} classes; {args.model.upper()} on {comm.size} rank(s); "
             f"setup {setup_s:.1f} s{'; ' + data.notes if data.notes else ''}"
         )
@@ -724,12 +723,6 @@ def cmd_train(args) -> int:
     if lead and args.json:
         print(json.dumps(result))
     return 0
-
-
-def _sparse(x) -> bool:
-    import scipy.sparse as sp
-
-    return sp.issparse(x)
 
 
 if __name__ == "__main__":

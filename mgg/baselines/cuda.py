@@ -16,79 +16,10 @@ times compare designs on equal hardware. All produce the scipy oracle's output.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from ..kernels.cuda import DevicePlan, current_device, launch_config, run
-from ..kernels.reference import check_op
-from ..partition.plan import PartitionPlan
-
-
-class VirtualDesign:
-    """P virtual PEs on the current GPU.  plans: all P PartitionPlans; dim: width D."""
-
-    name = "base"
-
-    def __init__(
-        self,
-        plans: list[PartitionPlan],
-        dim: int,
-        *,
-        ps: int | None = None,
-        dist: int = 4,
-        wpb: int = 4,
-    ):
-        import cupy
-
-        self.cupy = cupy
-        self.plans = [p.with_ps(ps) if ps else p for p in plans]
-        self.dim, self.dist, self.wpb = int(dim), int(dist), int(wpb)
-        self.dev_id, self.dev = current_device()
-        self.rows = max(1, self.plans[0].max_local_nodes)
-        self.setup_seconds = 0.0
-        t0 = time.perf_counter()
-        self.prepare()
-        cupy.cuda.Device().synchronize()
-        self.setup_seconds = time.perf_counter() - t0
-
-    def prepare(self) -> None:
-        """Allocate the PE buffers and the per-PE device plans."""
-        cp = self.cupy
-        self.bufs = [cp.zeros((self.rows, self.dim), cp.float32) for _ in self.plans]
-        self.peers = cp.asarray(np.array([b.data.ptr for b in self.bufs], np.uint64))
-        self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
-        self.cfgs = [self._cfg(p, self.dist) for p in self.plans]
-
-    def _cfg(self, p, dist, ps=None):
-        return launch_config(
-            ps or p.ps, dist, self.wpb, self.dim, p.lnp_node.size, p.rnp_node.size, self.dev
-        )
-
-    def load(self, x: np.ndarray) -> None:
-        """Write the global input x [N, D]: each PE's rows into its buffer."""
-        for p, b in zip(self.plans, self.bufs, strict=True):
-            b[: p.num_local_nodes] = self.cupy.asarray(x[p.lb : p.ub], self.cupy.float32)
-
-    def run(self, op: str = "sum", eps: float = 0.0) -> list:
-        """Every PE's aggregation, one after another; returns the P device outputs."""
-        check_op(op, self.plans[0].has_weights)
-        outs = []
-        for r, (p, dp, cfg) in enumerate(zip(self.plans, self.dplans, self.cfgs, strict=True)):
-            out = self.cupy.empty((p.num_local_nodes, self.dim), self.cupy.float32)
-            self._run_pe(r, p, dp, cfg, out, op, eps)
-            outs.append(out)
-        return outs
-
-    def _run_pe(self, r, p, dp, cfg, out, op, eps) -> None:
-        run(dp, self.bufs[r], self.peers, out, op, eps, cfg, self.dev_id)
-
-    def gather(self, outs) -> np.ndarray:
-        return self.cupy.asnumpy(self.cupy.concatenate(outs))
-
-
-class Pipelined(VirtualDesign):
-    name = "pipelined"
+from ..kernels.cuda import DevicePlan, run
+from ..kernels.cuda.virtual import VirtualDesign
 
 
 class Direct(VirtualDesign):
@@ -116,9 +47,8 @@ class DGCL(VirtualDesign):
     def prepare(self) -> None:
         super().prepare()
         cp = self.cupy
-        self.halo = []
-        self.stage_plans = []
-        for p in self.plans:
+        self.halo = []  # per PE: ([(peer, staging slots, peer rows)], staging, peer table)
+        for p, dp in zip(self.plans, self.dplans, strict=True):
             pes = p.halo_pe
             groups = [
                 (
@@ -129,22 +59,19 @@ class DGCL(VirtualDesign):
                 for pe in np.unique(pes)
             ]
             staging = cp.zeros((max(1, p.num_halo), self.dim), cp.float32)
-            self.halo.append((groups, staging))
-            # the same plan, its remote edges pointing at staging slots (pseudo-peer P)
-            dp = DevicePlan(p, self.dist)
+            # remote edges read staging slots, through a pseudo-peer P
             dp.remote_pe = cp.full(p.num_remote_edges, len(self.plans), cp.int32)
             dp.remote_row = cp.asarray(p.remote_slot.astype(np.int32))
             peers = cp.asarray(
                 np.array([b.data.ptr for b in self.bufs] + [staging.data.ptr], np.uint64)
             )
-            self.stage_plans.append((dp, peers))
+            self.halo.append((groups, staging, peers))
 
     def _run_pe(self, r, p, dp, cfg, out, op, eps) -> None:
-        groups, staging = self.halo[r]
+        groups, staging, peers = self.halo[r]
         for pe, slots, rows in groups:  # the bulk exchange: one gather per peer
             staging[slots] = self.bufs[pe][rows]
-        sdp, peers = self.stage_plans[r]
-        run(sdp, self.bufs[r], peers, out, op, eps, cfg, self.dev_id)
+        run(dp, self.bufs[r], peers, out, op, eps, cfg, self.dev_id)
 
 
 class UVM(VirtualDesign):
@@ -210,6 +137,8 @@ class NoInterleave(VirtualDesign):
         for parts in ("local", "remote"):
             run(dp, self.bufs[r], self.peers, out, op, eps, cfg, self.dev_id, parts=parts)
 
+
+Pipelined = VirtualDesign
 
 GPU_DESIGNS = {d.name: d for d in (Pipelined, Direct, DGCL, UVM, NoInterleave)}
 

@@ -236,16 +236,6 @@ class MPISymmetricArray(SymmetricArray):
             origin = [out, 1, sel.origin]
         return self.win.Rget(origin, sel.pe, [0, 1, sel.target])
 
-    def get(self, pe: int, rows, out: np.ndarray) -> None:
-        """Blocking: out[i] = peer pe's row rows[i]."""
-        sel = self.selection(pe, rows)
-        try:
-            req = self.rget(sel, out)
-            if req is not None:
-                req.Wait()
-        finally:
-            sel.free()
-
     def _indexed(self, rows: np.ndarray):
         """Committed datatype selecting these rows of a [*, dim] buffer."""
         MPI = self.comm.MPI

@@ -67,7 +67,8 @@ def aggregate(
         cpu.accumulate(
             plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
         )
-    cpu.finalize(op, plan.in_degrees(), out)
+    if op == "mean":
+        cpu.finalize(op, plan.in_degrees(), out)
     return out
 
 

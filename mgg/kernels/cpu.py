@@ -95,6 +95,8 @@ PREFETCH = 16
 # for negative (wraparound) indices on every access, and taking row views (src[u]) makes
 # it update a shared reference count atomically, which serializes the threads. Four
 # edges are summed per update of the output row, to shorten the chain of dependent adds.
+# The weighted loop is a separate kernel: a single kernel with a has_w flag measured
+# 0-5% slower on unweighted sums (round-robin, 8M-edge R-MAT, D = 16 and 128).
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
     d = np.uint64(out.shape[1])

@@ -92,6 +92,13 @@ def glorot(rng: np.random.Generator, fan_in: int, fan_out: int, dtype) -> np.nda
     return rng.uniform(-a, a, (fan_in, fan_out)).astype(dtype)
 
 
+def weight_and_bias(rng, in_dim: int, out_dim: int, dtype, decay: bool, bias: bool):
+    """Glorot W [in, out] and zero b [out] (None without bias) from ``rng`` (seed 0 if None)."""
+    rng = rng if rng is not None else np.random.default_rng(0)
+    w = Parameter(glorot(rng, in_dim, out_dim, dtype), decay, "weight")
+    return w, (Parameter(np.zeros(out_dim, dtype), decay, "bias") if bias else None)
+
+
 def _matmul(x, w):
     return x @ w
 
@@ -114,9 +121,7 @@ class Linear(Module):
         dtype=np.float32,
         decay: bool = True,
     ):
-        rng = rng if rng is not None else np.random.default_rng(0)
-        self.weight = Parameter(glorot(rng, in_dim, out_dim, dtype), decay, "weight")
-        self.bias = Parameter(np.zeros(out_dim, dtype), decay, "bias") if bias else None
+        self.weight, self.bias = weight_and_bias(rng, in_dim, out_dim, dtype, decay, bias)
         self._x = None
 
     def forward(self, x, g=None):
@@ -212,10 +217,8 @@ class GCNConv(Module):
         dtype=np.float32,
         decay: bool = True,
     ):
-        rng = rng if rng is not None else np.random.default_rng(0)
         self.in_dim, self.out_dim = in_dim, out_dim
-        self.weight = Parameter(glorot(rng, in_dim, out_dim, dtype), decay, "weight")
-        self.bias = Parameter(np.zeros(out_dim, dtype), decay, "bias") if bias else None
+        self.weight, self.bias = weight_and_bias(rng, in_dim, out_dim, dtype, decay, bias)
 
     def transform_first(self, x) -> bool:
         return is_sparse(x) or self.out_dim < self.in_dim

@@ -38,6 +38,13 @@ class Sequential(Module):
                 layer.epoch = epoch
 
 
+def layer_dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
+    """The widths between layers: in, hidden x (L-1), out."""
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    return [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+
+
 class GCN(Sequential):
     """Kipf & Welling's GCN: [dropout -> GCNConv -> ReLU] x (L-1) -> dropout -> GCNConv.
 
@@ -56,10 +63,8 @@ class GCN(Sequential):
         seed: int = 0,
         dtype=np.float32,
     ):
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        dims = layer_dims(in_dim, hidden, out_dim, num_layers)
         rng = np.random.default_rng(seed)
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         layers: list[Module] = []
         for i in range(num_layers):
             layers.append(Dropout(dropout, seed=seed, stream=i))
@@ -94,10 +99,8 @@ class GIN(Sequential):
         seed: int = 0,
         dtype=np.float32,
     ):
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+        dims = layer_dims(in_dim, hidden, out_dim, num_layers)
         rng = np.random.default_rng(seed)
-        dims = [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
         layers: list[Module] = []
         for i in range(num_layers):
             if i > 0:

@@ -271,38 +271,8 @@ def aggregate_halo(
     return out
 
 
-def aggregate_virtual(
-    plans: list[PartitionPlan],
-    x: np.ndarray,
-    op: str = "sum",
-    *,
-    eps: float = 0.0,
-    ps: int | None = None,
-    dist: int = 4,
-    wpb: int = 4,
-):
-    """P virtual PEs in one process on one GPU: each PE's rows in its own device buffer,
-    peers read through a table of their base pointers, the kernel run once per PE. Tests
-    the remote path for real without several processes. Returns the stitched [N, D]."""
-    import cupy
+def aggregate_virtual(plans: list[PartitionPlan], x: np.ndarray, op: str = "sum", **kw):
+    """MGG over P virtual PEs on one GPU; see mgg.kernels.cuda.virtual."""
+    from .virtual import aggregate_virtual as run_virtual
 
-    from ..reference import check_op
-
-    check_op(op, plans[0].has_weights)
-    dev_id, dev = current_device()
-    rows = plans[0].max_local_nodes
-    d = x.shape[1]
-    bufs = []
-    for p in plans:
-        b = cupy.zeros((max(rows, 1), d), cupy.float32)
-        b[: p.num_local_nodes] = cupy.asarray(x[p.lb : p.ub], cupy.float32)
-        bufs.append(b)
-    peers = cupy.asarray([b.data.ptr for b in bufs], cupy.uint64)
-    outs = []
-    for p, b in zip(plans, bufs, strict=True):
-        q = p.with_ps(ps) if ps else p
-        cfg = launch_config(q.ps, dist, wpb, d, q.lnp_node.size, q.rnp_node.size, dev)
-        out = cupy.empty((q.num_local_nodes, d), cupy.float32)
-        run(DevicePlan(q, dist), b, peers, out, op, eps, cfg, dev_id)
-        outs.append(out)
-    return cupy.asnumpy(cupy.concatenate(outs))
+    return run_virtual(plans, x, op, **kw)
