@@ -169,8 +169,9 @@ def plot(rows, path):
     ax.bar(xs, [r["vs_pyg"] for r in rows])
     ax.axhline(10, color="k", ls="--", lw=1, label="goal 10x (GCN)")
     ax.set_yscale("log")
-    ax.set_xticks(xs, [f"{r['graph']} {r['model']}" for r in rows], fontsize=7, rotation=40,
-                  ha="right")
+    ax.set_xticks(
+        xs, [f"{r['graph']} {r['model']}" for r in rows], fontsize=7, rotation=40, ha="right"
+    )
     ax.set_ylabel("PyG epoch / mgg epoch (P = 1)")
     ax.set_title(f"Full-graph training epoch on the CPU, {numba.get_num_threads()} threads")
     ax.legend(fontsize=8)
