@@ -72,6 +72,8 @@ def machine() -> dict:
 
 
 def commit() -> str:
+    """The checkout's commit (-dirty with uncommitted changes), else $MGG_COMMIT (a copy of
+    the tree without .git, as on the GPU machine, is told it by the command line)."""
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -88,7 +90,7 @@ def commit() -> str:
         ).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("MGG_COMMIT", "unknown")
 
 
 def command() -> str:
@@ -118,10 +120,11 @@ def write_results(
     notes: str = "",
     subdir: str = "",
     extra_meta: dict | None = None,
+    out_dir: Path | None = None,
 ) -> Path:
     """Write <name>.json (payload + meta) and <name>.md (a table) under bench/results
-    (or a sub-folder of it)."""
-    out_dir = RESULTS / subdir if subdir else RESULTS
+    (or a sub-folder of it, or out_dir)."""
+    out_dir = Path(out_dir) if out_dir else RESULTS / subdir if subdir else RESULTS
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {
         "machine": machine(),
@@ -132,7 +135,7 @@ def write_results(
     }
     out = {"meta": meta, **payload, "table": table}
     path = out_dir / f"{name}.json"
-    path.write_text(json.dumps(out, indent=1, default=_json_default) + "\n")
+    write_atomic(path, json.dumps(out, indent=1, default=_json_default) + "\n")
     lines = [
         f"# {name}",
         "",
@@ -149,8 +152,16 @@ def write_results(
     lines.append("|" + "|".join("---" for _ in columns) + "|")
     for row in table:
         lines.append("| " + " | ".join(_cell(row.get(c, "")) for c in columns) + " |")
-    (out_dir / f"{name}.md").write_text("\n".join(lines) + "\n")
+    write_atomic(out_dir / f"{name}.md", "\n".join(lines) + "\n")
     return path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write text so that a reader (or a kill mid-write) sees the old file or the new one,
+    never half of one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _cell(v) -> str:

@@ -24,9 +24,23 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     try:
-        return args.func(args) or 0
-    except (ValueError, FileNotFoundError, KeyError, RuntimeError) as e:
+        code = args.func(args) or 0
+        from .comm import finalize
+
+        finalize()  # NVSHMEM, where the command used it
+        return code
+    except (ValueError, FileNotFoundError, KeyError, RuntimeError, MemoryError) as e:
         print(f"mgg {args.command}: error: {e}", file=sys.stderr)
+        _abort_job(2)
+        return 2
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in ("cupy", "cupyx", "nvshmem", "cuda"):
+            raise
+        print(
+            f"mgg {args.command}: error: {e}: the cuda backend needs the gpu extra "
+            "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)",
+            file=sys.stderr,
+        )
         _abort_job(2)
         return 2
 
@@ -79,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
     s.add_argument("--window", default="auto", help="auto|shm|rma, or 'all' (MPI backend)")
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    s.add_argument(
+        "--mode",
+        choices=["auto", "p2p", "get"],
+        default="auto",
+        help="how the CUDA kernel reads peers' rows: loads through nvshmem_ptr (p2p), "
+        "NVSHMEM device gets (get), or p2p where every peer maps (auto)",
+    )
     s.add_argument("--repeat", type=int, default=5, help="timed runs per design (median)")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check)
@@ -343,9 +364,15 @@ def cmd_check(args) -> int:
     from .kernels import OPS, reference
     from .partition import build_plan
 
+    if args.mode != "auto" and args.backend != "cuda":
+        raise ValueError("--mode chooses how the CUDA kernel reads peers: use --backend cuda")
     comm = get_comm("mpi")  # first: from here on a failing rank aborts the job
-    if args.backend == "cuda" and comm.size > 1:
-        comm = get_comm("nvshmem")
+    # the CUDA designs take the NVSHMEM comm, or None for one PE in plain device memory
+    design_comm = comm
+    if args.backend == "cuda":
+        use_nvshmem = comm.size > 1 or args.mode == "get"
+        comm = get_comm("nvshmem") if use_nvshmem else comm
+        design_comm = comm if use_nvshmem else None
     DESIGNS = _designs_for(args.backend)
     ops = list(OPS) if args.op == "all" else args.op.split(",")
     names = list(DESIGNS) if args.designs == "all" else args.designs.split(",")
@@ -367,6 +394,7 @@ def cmd_check(args) -> int:
         "dim": args.dim,
         "ps": args.ps,
         "dist": args.dist,
+        "backend": args.backend,
         "designs": {},
         "runs": [],
     }
@@ -382,7 +410,7 @@ def cmd_check(args) -> int:
             else None
         )
         for window in windows:
-            for run in _run_designs(comm, names, plan, x, ref, op, window, args):
+            for run in _run_designs(comm, design_comm, names, plan, x, ref, op, window, args):
                 result["runs"].append(run)
                 prev = result["designs"].get(run["design"])
                 best = prev is None or run["seconds"] < prev["seconds"]
@@ -427,7 +455,7 @@ def cmd_check(args) -> int:
     return 0 if all(d["ok"] for d in result["designs"].values()) else 1
 
 
-def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
+def _run_designs(comm, design_comm, names, plan, x, ref, op, window, args) -> list[dict]:
     """Set up every design, check its output on rank 0, then time them round-robin (so
     they share the machine's noise); the time of a call is the slowest rank's."""
     from .nn.backend import assign, to_host
@@ -440,9 +468,9 @@ def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
         for name in names:
             kw = {"dist": args.dist} if name == "pipelined" else {}
             kw["window"] = None if cuda else window
-            designs[name] = DESIGNS[name](
-                plan, comm if comm.size > 1 or not cuda else None, args.dim, **kw
-            )
+            if cuda and name == "pipelined":
+                kw["mode"] = None if args.mode == "auto" else args.mode
+            designs[name] = DESIGNS[name](plan, design_comm, args.dim, **kw)
         outs, errors = {}, {}
         for name, d in designs.items():
             assign(d.x, x)
@@ -476,6 +504,7 @@ def _run_designs(comm, names, plan, x, ref, op, window, args) -> list[dict]:
                     "max_rel_error": errors[name],
                     "remote_bytes": float(total[0]),
                     "wait_seconds": float(total[1]) / comm.size,
+                    **({"remote_path": d.remote_path} if hasattr(d, "remote_path") else {}),
                 }
             )
         return runs

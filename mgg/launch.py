@@ -8,6 +8,9 @@ that sets, from the launcher's variables:
     MGG_RANK, MGG_SIZE, MGG_LOCAL_RANK, MGG_LOCAL_SIZE
     MGG_DEVICE                        local rank modulo the GPUs visible on the node
     NUMBA_NUM_THREADS, OMP_NUM_THREADS   cores / local ranks (at least 1)
+    MGG_NP                            the -n/-np asked for, which mgg.comm checks
+                                      against the world MPI reports (a mismatch means
+                                      mpi4py is bound to another MPI than this mpiexec)
 A leading ``mgg`` or ``python`` in COMMAND runs under this interpreter.
 MGG_MPIEXEC overrides the mpiexec used (default: the one installed beside this Python).
 """
@@ -126,6 +129,19 @@ def _split(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv[:i], argv[i:]
 
 
+def requested_size(opts: list[str]) -> int | None:
+    """The world size asked for with -n/-np (None when the launcher decides it)."""
+    for i, a in enumerate(opts):
+        name, eq, value = a.partition("=")
+        if name in ("-n", "-np"):
+            value = value if eq else (opts[i + 1] if i + 1 < len(opts) else "")
+            try:
+                return int(value)
+            except ValueError:
+                raise SystemExit(f"mggrun: {name} takes a number of ranks, got {value!r}") from None
+    return None
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == SHIM:
@@ -138,6 +154,11 @@ def main(argv=None) -> int:
     opts, cmd = _split(argv)
     if not cmd:
         raise SystemExit("mggrun: no command given (usage: mggrun -np P COMMAND [ARGS...])")
+    np_asked = requested_size(opts)
+    if np_asked is not None:
+        os.environ["MGG_NP"] = str(np_asked)
+    else:
+        os.environ.pop("MGG_NP", None)
     full = [find_mpiexec(), *opts, sys.executable, "-m", "mgg.launch", SHIM, *cmd]
     os.execv(full[0], full)
     return 0

@@ -129,3 +129,52 @@ def test_plan_for_another_job_size_is_rejected(tmp_path):
     )
     r = mpirun(2, "python", job, timeout=60)
     assert r.returncode != 0 and "the plan is for 3 ranks but the job has 2" in r.stderr
+
+
+def test_mggrun_tells_every_rank_the_size_it_asked_for(tmp_path):
+    job = _script(
+        tmp_path,
+        """
+        import os
+        from mgg.comm import get_comm
+        comm = get_comm()
+        with open(f"{os.path.dirname(__file__)}/rank{comm.rank}", "w") as f:
+            f.write(f"{comm.size} {os.environ['MGG_NP']}")
+    """,
+    )
+    r = mpirun(3, "python", job, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [(tmp_path / f"rank{i}").read_text() for i in range(3)] == ["3 3"] * 3
+
+
+def test_a_job_of_singletons_is_an_error_not_a_silent_run():
+    """What a mismatched MPI looks like from inside (mpi4py bound to a library other than
+    the launcher's): each rank sees a world of 1 although mggrun asked for 2."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    r = subprocess.run(
+        [sys.executable, "-m", "mgg", "check", "rmat:scale=6,ef=4", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=dict(os.environ, MGG_NP="2", MGG_PROGRESS="0"),
+    )
+    assert r.returncode == 2
+    assert "mggrun started 2 ranks but MPI reports a world of 1" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_the_requested_size_is_read_from_the_launcher_options():
+    from mgg.launch import requested_size
+
+    assert requested_size(["-np", "4"]) == 4
+    assert requested_size(["-n", "3", "-ppn", "2"]) == 3
+    assert requested_size(["-np=6"]) == 6
+    assert requested_size(["-f", "hosts"]) is None
+    with pytest.raises(SystemExit, match="takes a number of ranks"):
+        requested_size(["-np", "four"])

@@ -4,32 +4,65 @@
 
 A Reddit-size R-MAT (233K nodes, 114M edges) by default. mgg runs its kernel at the
 default configuration and at the best of a small (ps, dist, wpb) sweep; cuSPARSE is
-torch.sparse CSR @ dense; PyG is SimpleConv (sum) propagation. All in one process,
-timed round-robin with CUDA events (medians). The bandwidth bound counts the bytes an
+torch.sparse CSR @ dense; PyG is SimpleConv propagation. All in one process, timed
+round-robin with CUDA events (medians). The bandwidth bound counts the bytes an
 aggregation must move at least: indices (+ weights) once, every gathered row
 (E * D * 4), the output once; its fraction is held against the measured device copy
 rate and the datasheet HBM rate. Goals: >= 1.3x cuSPARSE, >= 70% of the bound.
+
+The peers run only where they fit in GPU memory (fit_peers): PyG materializes one E x D
+message matrix (two with edge weights), 117 GB at the full size and D = 128; a peer
+that does not fit is skipped, with the reason in its row, rather than crash the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 
 import numpy as np
-from common_gpu import copy_bandwidth, cuda_compare, device, raw_log, write_gpu
-
-from mgg.baselines.cuda import Pipelined
-from mgg.graph.generators import random_features, rmat_n
-from mgg.kernels import reference
-from mgg.partition import build_plan
+from common_gpu import Results, check_output, copy_bandwidth, cuda_compare, device, raw_log
 
 SWEEP = [(16, 4, 4), (8, 4, 8), (16, 1, 8), (32, 2, 4), (16, 8, 8), (4, 8, 16)]
+MARGIN = 1.2  # allocator rounding, workspaces
+
+
+def peer_bytes(nodes: int, edges: int, dim: int, weighted: bool, sweep=SWEEP) -> dict:
+    """GPU bytes each peer holds (inputs, structure, intermediates, output) for one
+    aggregation of [nodes, dim] over ``edges`` edges, with a margin."""
+    feats = 2 * nodes * dim * 4  # input and output
+    w = 4 * edges if weighted else 0
+    mgg = sum(  # one design per sweep point: its plan and buffers (dist-independent)
+        4 * edges + w + (edges // ps + nodes) * 13 + 16 * nodes + feats for ps, _, _ in sweep
+    )
+    cusparse = 8 * (nodes + 1) + 12 * edges + feats  # int64 columns, float32 values
+    messages = (2 if weighted else 1) * edges * dim * 4  # x_j, then w * x_j
+    pyg = 16 * edges + w + messages + feats  # int64 edge_index
+    return {k: int(v * MARGIN) for k, v in (("mgg", mgg), ("cusparse", cusparse), ("pyg", pyg))}
+
+
+def fit_peers(need: dict, budget: int) -> tuple[list[str], dict]:
+    """The peers to run, in need's order, while their total fits the budget; mgg, the
+    subject, first and always. Returns (run, {skipped peer: reason})."""
+    run, skipped, used = [], {}, 0
+    for name, nbytes in need.items():
+        if name == "mgg" or used + nbytes <= budget:
+            run.append(name)
+            used += nbytes
+        else:
+            skipped[name] = (
+                f"needs {nbytes / 1e9:.1f} GB of GPU memory, "
+                f"{max(budget - used, 0) / 1e9:.1f} GB of the budget left"
+            )
+    return run, skipped
 
 
 def main():
     import cupy
     import torch
+
+    from mgg.graph.generators import rmat_n
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dims", default="16,128")
@@ -37,6 +70,28 @@ def main():
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
+    res = Results(
+        "aggregation",
+        {"nodes": args.nodes, "edges": args.edges, "sweep": SWEEP},
+        [
+            "op",
+            "D",
+            "mgg_default_ms",
+            "mgg_best_ms",
+            "mgg_best",
+            "cusparse_ms",
+            "pyg_ms",
+            "vs_cusparse",
+            "vs_pyg",
+            "bw_of_copy",
+            "bw_of_datasheet",
+            "max_rel_error",
+            "skipped",
+        ],
+        notes="One PE. bw_of_copy: the bytes an aggregation must move (indices, "
+        "weights, E*D*4 gathered, N*D*4 written) per second, over the "
+        "measured device copy rate. skipped: peers that did not fit in GPU memory.",
+    )
     with raw_log("aggregation"):
         dev = device()
         copy_bw = copy_bandwidth()
@@ -47,106 +102,90 @@ def main():
         )
         g = rmat_n(args.nodes, args.edges, seed=0)
         print(f"graph: {g}", flush=True)
-        rows = []
-        for op, gg in (("sum", g), ("gcn", g.gcn_norm())):
-            plan = build_plan(gg, 1, 16, transposed=False)[0]
-            w = gg.weights if op == "gcn" else np.ones(gg.num_edges, np.float32)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                a_t = torch.sparse_csr_tensor(
-                    torch.from_numpy(gg.indptr),
-                    torch.from_numpy(gg.indices.astype(np.int64)),
-                    torch.from_numpy(w),
-                    size=(gg.num_nodes,) * 2,
-                ).cuda()
-            src, dst = gg.edges()
-            edge_index = torch.from_numpy(np.stack([src, dst]).astype(np.int64)).cuda()
-            edge_w = torch.from_numpy(w).cuda()
-            from torch_geometric.nn import SimpleConv
+        res.payload.update(copy_bandwidth_bytes_per_s=copy_bw, graph=str(g))
+        dims = [int(v) for v in args.dims.split(",")]
+        for d in dims:  # narrow first: its rows land early
+            for op in ("sum", "gcn"):
+                gg = g.gcn_norm() if op == "gcn" else g
+                row = measure(gg, op, d, args.repeat, copy_bw, dev, cupy, torch)
+                res.add(row)
+        return res.finish()
 
-            pyg = SimpleConv(aggr="sum")
-            for d in (int(v) for v in args.dims.split(",")):
-                x = random_features(0, 0, gg.num_nodes, d)
-                xt = torch.from_numpy(x).cuda()
-                designs = {
-                    cfg: Pipelined([plan], d, ps=cfg[0], dist=cfg[1], wpb=cfg[2]) for cfg in SWEEP
-                }
-                for des in designs.values():
-                    des.load(x)
-                fns = {
-                    f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des.run(op))
-                    for c, des in designs.items()
-                }
-                fns["cusparse"] = lambda: a_t @ xt
-                fns["pyg"] = lambda: pyg(xt, edge_index, edge_w)
-                t = cuda_compare(fns, repeat=args.repeat)
-                got = designs[SWEEP[0]].gather(designs[SWEEP[0]].run(op))
-                ref = reference.aggregate(gg, x, op)
-                err = float(np.abs(got - ref).max() / max(1.0, np.abs(ref).max()))
-                mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}
-                best = min(mgg_times, key=mgg_times.get)
-                moved = (
-                    gg.num_edges * (4 + (4 if op == "gcn" else 0) + 4 * d) + gg.num_nodes * d * 4
-                )
-                row = {
-                    "op": op,
-                    "D": d,
-                    "edges": gg.num_edges,
-                    "mgg_default_ms": t[
-                        f"mgg ps={SWEEP[0][0]} dist={SWEEP[0][1]} wpb={SWEEP[0][2]}"
-                    ]
-                    * 1e3,
-                    "mgg_best_ms": mgg_times[best] * 1e3,
-                    "mgg_best": best[4:],
-                    "cusparse_ms": t["cusparse"] * 1e3,
-                    "pyg_ms": t["pyg"] * 1e3,
-                    "max_rel_error": err,
-                }
-                row["vs_cusparse"] = row["cusparse_ms"] / row["mgg_best_ms"]
-                row["vs_pyg"] = row["pyg_ms"] / row["mgg_best_ms"]
-                row["bw_of_copy"] = moved / (mgg_times[best]) / copy_bw
-                if dev["nominal_hbm_bytes_per_s"]:
-                    row["bw_of_datasheet"] = (
-                        moved / mgg_times[best] / dev["nominal_hbm_bytes_per_s"]
-                    )
-                rows.append(row)
-                print(
-                    f"{op} D={d}: mgg {row['mgg_best_ms']:.3f} ms ({best}) cuSPARSE "
-                    f"{row['cusparse_ms']:.3f} PyG {row['pyg_ms']:.3f} -> "
-                    f"{row['vs_cusparse']:.2f}x cuSPARSE, {row['bw_of_copy']:.0%} of copy "
-                    f"bandwidth; max error {err:.1e}",
-                    flush=True,
-                )
-                designs.clear()
-                cupy.get_default_memory_pool().free_all_blocks()
-        write_gpu(
-            "aggregation",
-            {
-                "nodes": g.num_nodes,
-                "edges": g.num_edges,
-                "copy_bandwidth_bytes_per_s": copy_bw,
-                "sweep": SWEEP,
-            },
-            rows,
-            [
-                "op",
-                "D",
-                "mgg_default_ms",
-                "mgg_best_ms",
-                "mgg_best",
-                "cusparse_ms",
-                "pyg_ms",
-                "vs_cusparse",
-                "vs_pyg",
-                "bw_of_copy",
-                "bw_of_datasheet",
-                "max_rel_error",
-            ],
-            notes="One PE. bw_of_copy: the bytes an aggregation must move (indices, "
-            "weights, E*D*4 gathered, N*D*4 written) per second, over the "
-            "measured device copy rate.",
-        )
+
+def measure(gg, op, d, repeat, copy_bw, dev, cupy, torch) -> dict:
+    """One (op, D) row: the sweep, cuSPARSE and PyG where they fit, round-robin."""
+    from mgg.graph.generators import random_features
+    from mgg.kernels.cuda.virtual import VirtualDesign
+    from mgg.partition import build_plan
+
+    weighted = op == "gcn"
+    cupy.get_default_memory_pool().free_all_blocks()
+    torch.cuda.empty_cache()
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    need = peer_bytes(gg.num_nodes, gg.num_edges, d, weighted)
+    run, skipped = fit_peers(need, int(0.9 * free))
+    plan = build_plan(gg, 1, 16, transposed=False)[0]
+    by_ps = {ps: plan.with_ps(ps) for ps in sorted({c[0] for c in SWEEP})}
+    x = random_features(0, 0, gg.num_nodes, d)
+    designs = {c: VirtualDesign([by_ps[c[0]]], d, dist=c[1], wpb=c[2]) for c in SWEEP}
+    for des in designs.values():
+        des.load(x)
+    fns = {
+        f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des.run(op))
+        for c, des in designs.items()
+    }
+    xt = torch.from_numpy(x).cuda()
+    w = torch.from_numpy(gg.weights if weighted else np.ones(gg.num_edges, np.float32))
+    if "cusparse" in run:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            a_t = torch.sparse_csr_tensor(
+                torch.from_numpy(gg.indptr),
+                torch.from_numpy(gg.indices.astype(np.int64)),
+                w,
+                size=(gg.num_nodes,) * 2,
+            ).cuda()
+        fns["cusparse"] = lambda: a_t @ xt
+    if "pyg" in run:
+        from torch_geometric.nn import SimpleConv
+
+        src, dst = gg.edges()
+        edge_index = torch.from_numpy(np.stack([src, dst]).astype(np.int64)).cuda()
+        edge_w = w.cuda() if weighted else None
+        pyg = SimpleConv(aggr="sum")
+        fns["pyg"] = lambda: pyg(xt, edge_index, edge_w)
+    t = cuda_compare(fns, repeat=repeat)
+    first = designs[SWEEP[0]]
+    err = check_output(gg, x, op, first.gather(first.run(op)), label=f"mgg {op} D={d}")
+    mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}
+    best = min(mgg_times, key=mgg_times.get)
+    moved = gg.num_edges * (4 + (4 if weighted else 0) + 4 * d) + gg.num_nodes * d * 4
+    row = {
+        "op": op,
+        "D": d,
+        "edges": gg.num_edges,
+        "mgg_default_ms": t[f"mgg ps={SWEEP[0][0]} dist={SWEEP[0][1]} wpb={SWEEP[0][2]}"] * 1e3,
+        "mgg_best_ms": mgg_times[best] * 1e3,
+        "mgg_best": best[4:],
+        "cusparse_ms": t["cusparse"] * 1e3 if "cusparse" in t else None,
+        "pyg_ms": t["pyg"] * 1e3 if "pyg" in t else None,
+        "max_rel_error": err,
+        "skipped": "; ".join(f"{k}: {v}" for k, v in skipped.items()),
+        "bw_of_copy": moved / mgg_times[best] / copy_bw,
+    }
+    for peer in ("cusparse", "pyg"):
+        if row[f"{peer}_ms"] is not None:
+            row[f"vs_{peer}"] = row[f"{peer}_ms"] / row["mgg_best_ms"]
+    if dev["nominal_hbm_bytes_per_s"]:
+        row["bw_of_datasheet"] = moved / mgg_times[best] / dev["nominal_hbm_bytes_per_s"]
+    print(
+        f"{op} D={d}: mgg {row['mgg_best_ms']:.3f} ms ({best}), cuSPARSE "
+        f"{row['cusparse_ms']} ms, PyG {row['pyg_ms']} ms; {row['bw_of_copy']:.0%} of copy "
+        f"bandwidth; max error {err:.1e}" + (f"; skipped {row['skipped']}" if skipped else ""),
+        flush=True,
+    )
+    return row
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,12 +1,16 @@
 """What the GPU benchmarks share: CUDA-event timing, device facts, raw logs, results.
 
-Results go to bench/results/gpu/<name>.json|.md|.png with the device name as the
-driver reports it under "device", and the raw log beside them (<name>.log).
+Results go to $MGG_GPU_OUT (set by bench/gpu/stage.py to the stage's output folder on
+the GPU machine) or else bench/results/gpu/: <name>.json|.md|.png and the raw log
+<name>.log, each JSON naming the device as the driver reports it under "device". Rows
+are written as they are measured, so a run killed at its limit keeps what it measured.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
 from pathlib import Path
 
@@ -17,12 +21,16 @@ sys.path.insert(0, str(HERE.parent))
 
 from common import RESULTS, ROOT, write_results  # noqa: E402
 
-GPU_RESULTS = RESULTS / "gpu"
+GPU_RESULTS = Path(os.environ.get("MGG_GPU_OUT") or RESULTS / "gpu")
 
 # datasheet HBM bandwidth (bytes/s), the bound the measured copy rate is held against
 NOMINAL_HBM = {"H100": 3.35e12, "H200": 4.8e12, "A100": 2.039e12}
 
+CHECK_ROWS = 4096  # rows of a large output checked against scipy (a random sample)
+TOLERANCE = 1e-4  # max |got - want| / max(1, max |want|)
 
+
+@functools.cache
 def device() -> dict:
     import cupy
 
@@ -43,20 +51,7 @@ def device() -> dict:
 
 def cuda_median(fn, repeat: int = 20, warmup: int = 3) -> float:
     """Median seconds of fn() between CUDA events on the current stream."""
-    import cupy
-
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
-    return float(np.median(times))
+    return cuda_compare({"fn": fn}, repeat, warmup)["fn"]
 
 
 def cuda_compare(fns: dict, repeat: int = 20, warmup: int = 3) -> dict:
@@ -93,10 +88,10 @@ def copy_bandwidth(gib: float = 2.0) -> float:
 
 @contextlib.contextmanager
 def raw_log(name: str):
-    """Tee stdout into bench/results/gpu/<name>.log."""
+    """Tee stdout into <results>/<name>.log, flushed line by line."""
     GPU_RESULTS.mkdir(parents=True, exist_ok=True)
     path = GPU_RESULTS / f"{name}.log"
-    with open(path, "w") as f:
+    with open(path, "w", buffering=1) as f:
         old = sys.stdout
 
         class Tee:
@@ -115,19 +110,41 @@ def raw_log(name: str):
             sys.stdout = old
 
 
-def write_gpu(
-    name: str, payload: dict, rows: list[dict], columns: list[str], notes: str = ""
-) -> Path:
-    dev = device()
-    return write_results(
-        name,
-        {**payload, "device_info": dev},
-        rows,
-        columns,
-        notes,
-        subdir="gpu",
-        extra_meta={"device": dev["device"]},
-    )
+class Results:
+    """One benchmark's result files, rewritten after every row (JSON + markdown), with
+    the device, commit and command. ``plot(rows, path)`` draws <name>.png at the end."""
+
+    def __init__(self, name: str, payload: dict, columns: list[str], notes: str = "", plot=None):
+        self.name, self.payload, self.columns, self.notes = name, dict(payload), columns, notes
+        self.plot, self.rows = plot, []
+
+    def add(self, row: dict) -> None:
+        self.rows.append(row)
+        self.write(partial=True)
+
+    def write(self, partial: bool = False) -> Path:
+        dev = device()
+        return write_results(
+            self.name,
+            {**self.payload, "partial": partial, "device_info": dev},
+            self.rows,
+            self.columns,
+            self.notes,
+            out_dir=GPU_RESULTS,
+            extra_meta={"device": dev["device"]},
+        )
+
+    def finish(self, **payload) -> int:
+        """Final write and plot; the exit status: 3 where a row's UVM placement was not
+        verified (its UVM numbers would not measure UVM), else 0."""
+        self.payload.update(payload)
+        if self.plot is not None and self.rows:
+            self.plot(self.rows, GPU_RESULTS / f"{self.name}.png")
+        self.write()
+        bad = [r for r in self.rows if r.get("uvm_advice_verified") is False]
+        for r in bad:
+            print(f"UVM placement not verified: {r.get('uvm_advice')}", flush=True)
+        return 3 if bad else 0
 
 
 def standin_graph(name: str, scale: float = 1.0, *, features: bool = False):
@@ -138,6 +155,20 @@ def standin_graph(name: str, scale: float = 1.0, *, features: bool = False):
 
 
 PAPER_GRAPHS = ("reddit", "enwiki", "products", "proteins", "orkut")
+
+
+def check_output(graph, x, op: str, got, eps: float = 0.0, label: str = "") -> float:
+    """Relative error of an [N, D] output against scipy on a random sample of rows;
+    raises AssertionError above TOLERANCE."""
+    from mgg.kernels import reference
+
+    n = graph.num_nodes
+    rows = np.sort(np.random.default_rng(0).choice(n, min(n, CHECK_ROWS), replace=False))
+    want = reference.aggregate(graph, x, op, eps=eps, rows=rows)
+    err = float(np.abs(np.asarray(got)[rows] - want).max() / max(1.0, np.abs(want).max()))
+    if err > TOLERANCE:
+        raise AssertionError(f"{label} differs from scipy by {err:.2e}")
+    return err
 
 
 def time_designs(
@@ -152,12 +183,12 @@ def time_designs(
 ) -> dict:
     """Seconds per call of each GPU design over P virtual PEs (one call = every PE's
     aggregation, one after another on this GPU), round-robin; outputs are checked
-    against scipy first. Also returns each design's setup seconds under 'setup'."""
+    against scipy first. Also returns each design's setup seconds under 'setup', and the
+    UVM design's placement under 'uvm_advice'."""
     import cupy
 
     from mgg.baselines.cuda import GPU_DESIGNS
     from mgg.graph.generators import random_features
-    from mgg.kernels import reference
     from mgg.partition import build_plan
 
     g = graph.gcn_norm() if op == "gcn" else graph
@@ -169,29 +200,35 @@ def time_designs(
         designs[name] = GPU_DESIGNS[kw.pop("design", name)](plans, dim, **kw)
         designs[name].load(x)
     if check:
-        ref = reference.aggregate(g, x, op)
         for name, d in designs.items():
-            got = d.gather(d.run(op))
-            err = np.abs(got - ref).max() / max(1.0, np.abs(ref).max())
-            if err > 1e-4:
-                raise AssertionError(f"{name} differs from scipy by {err:.2e}")
+            check_output(g, x, op, d.gather(d.run(op)), label=name)
     t = cuda_compare({k: (lambda d=d: d.run(op)) for k, d in designs.items()}, repeat)
     t["setup"] = {k: d.setup_seconds for k, d in designs.items()}
+    if "uvm" in designs:
+        t["uvm_advice"] = designs["uvm"].advice
     designs.clear()
     cupy.get_default_memory_pool().free_all_blocks()
     return t
 
 
+def uvm_columns(t: dict) -> dict:
+    """The row fields that say whether the UVM placement took effect."""
+    a = t["uvm_advice"]
+    return {"uvm_advice_verified": a["verified"], "uvm_advice": a["detail"]}
+
+
 __all__ = [
     "ROOT",
     "GPU_RESULTS",
+    "Results",
     "device",
     "cuda_median",
     "cuda_compare",
     "copy_bandwidth",
+    "check_output",
     "raw_log",
-    "write_gpu",
     "standin_graph",
     "PAPER_GRAPHS",
     "time_designs",
+    "uvm_columns",
 ]

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from common_gpu import GPU_RESULTS, PAPER_GRAPHS, cuda_compare, raw_log, standin_graph, write_gpu
+from common_gpu import PAPER_GRAPHS, Results, cuda_compare, raw_log, standin_graph
 
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 
@@ -50,7 +50,12 @@ def main():
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     args = ap.parse_args()
-    rows = []
+    res = Results(
+        "e2e_vs_pyg",
+        {"scale": args.scale},
+        ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup"],
+        notes="One GPU, P = 1. Training step: forward, backward, Adam.",
+    )
     with raw_log("e2e_vs_pyg"):
         for gname in args.graphs.split(","):
             ds = standin_graph(gname, args.scale, features=True)
@@ -75,21 +80,15 @@ def main():
                     "pyg_ms": times["pyg"] * 1e3,
                     "speedup": times["pyg"] / times["mgg"],
                 }
-                rows.append(row)
+                res.add(row)
                 print(
                     f"{gname} {model}: mgg {row['mgg_ms']:.2f} ms PyG {row['pyg_ms']:.2f} ms"
                     f" -> {row['speedup']:.2f}x",
                     flush=True,
                 )
-        write_gpu(
-            "e2e_vs_pyg",
-            {"scale": args.scale},
-            rows,
-            ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup"],
-            notes="One GPU, P = 1. Training step: forward, backward, Adam.",
-        )
-    print(f"results in {GPU_RESULTS}")
+                dg.free()
+        return res.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,19 +1,34 @@
 #!/usr/bin/env bash
-# Gather, on a machine with the package registries, every wheel the GPU machine lacks
-# (it has no network): the shared nvshmem4py/mpi4py/mpich wheels and this project's pure
-# dependencies for its Python 3.12, plus any package named as an argument (e.g. scipy, if
-# the machine lacks it: `python3 -c "import scipy"` there tells). They land in .whl/
-# (git-ignored, at most 64 MiB to carry), which a device run carries and installs:
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-#   export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH
+# Put into .whl/ (git-ignored by .gitignore; a device run carries it) the only
+# wheels the GPU machine lacks: nvshmem4py-cu13, mpi4py and mpich for its Python 3.12,
+# from ../shared/wheels/gpu-py312. Everything else (pytest, scipy, numba, matplotlib,
+# tqdm, cupy, cuda-core, torch) is on the machine's image, and other versions of those
+# first on PYTHONPATH can break its pytest plugins, so nothing else goes first.
+#
+# .whl/fallback/ gets cuda-core and cuda-pathfinder wheels (about 7 MB), which
+# bench/gpu/stage.py installs only if nvshmem4py does not import with the image's own
+# (nvshmem4py 0.4.1 needs cuda.core >= 0.5). Pass --no-fallback to skip them (no
+# package registry needed then).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+src=../shared/wheels/gpu-py312
 mkdir -p .whl
-cp ../shared/wheels/gpu-py312/*.whl .whl/ 2>/dev/null || true
-python3 -m pip download -q --dest .whl --only-binary=:all: --python-version 3.12 \
-  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-  --platform manylinux_2_28_x86_64 --no-deps \
-  tqdm pytest pluggy iniconfig packaging hypothesis sortedcontainers attrs \
-  matplotlib contourpy cycler fonttools kiwisolver pillow pyparsing python-dateutil six \
-  "$@"
+rm -f .whl/*.whl
+for name in nvshmem4py mpi4py mpich; do
+  found=("$src"/"$name"*-*.whl)
+  if [ ! -e "${found[0]}" ] || [ "${#found[@]}" -ne 1 ]; then
+    echo "fetch_wheels: need exactly one $name wheel in $src" >&2
+    exit 1
+  fi
+  cp "${found[0]}" .whl/
+done
+if [ "${1:-}" != "--no-fallback" ]; then
+  mkdir -p .whl/fallback
+  python3 -m pip download -q --dest .whl/fallback --only-binary=:all: --no-deps \
+    --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 "cuda-core>=0.5,<2" "cuda-pathfinder>=1.2.3" \
+    2>&1 | grep -v '^WARNING: Location' || true
+fi
+ls -la .whl .whl/fallback 2>/dev/null
 du -sh .whl

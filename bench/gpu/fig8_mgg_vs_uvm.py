@@ -10,9 +10,10 @@ hidden) aggregates twice at width 16, GIN (5 layers, 64 hidden) five times at wi
 from __future__ import annotations
 
 import argparse
+import sys
 
 import numpy as np
-from common_gpu import GPU_RESULTS, PAPER_GRAPHS, raw_log, standin_graph, time_designs, write_gpu
+from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs, uvm_columns
 
 MODELS = {"gcn": (16, 2, "gcn"), "gin": (64, 5, "gin")}  # width, aggregations, op
 
@@ -48,7 +49,14 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     args = ap.parse_args()
-    rows = []
+    res = Results(
+        "fig8_mgg_vs_uvm",
+        {"scale": args.scale},
+        ["graph", "np", "model", "mgg_ms", "uvm_ms", "speedup", "uvm_advice_verified"],
+        notes="Aggregation time of one forward pass; P virtual PEs on one GPU "
+        "(paper: 3.16x GCN, 4.15x GIN on 8 A100s).",
+        plot=plot,
+    )
     with raw_log("fig8_mgg_vs_uvm"):
         for name in args.graphs.split(","):
             g = standin_graph(name, args.scale).graph
@@ -62,25 +70,22 @@ def main():
                         "mgg_ms": count * t["pipelined"] * 1e3,
                         "uvm_ms": count * t["uvm"] * 1e3,
                         "speedup": t["uvm"] / t["pipelined"],
+                        **uvm_columns(t),
                     }
-                    rows.append(row)
+                    res.add(row)
                     print(
                         f"{name} P={p} {model}: MGG {row['mgg_ms']:.2f} ms UVM "
                         f"{row['uvm_ms']:.2f} ms -> {row['speedup']:.2f}x",
                         flush=True,
                     )
-        plot(rows, GPU_RESULTS / "fig8_mgg_vs_uvm.png")
-        mean = {m: float(np.mean([r["speedup"] for r in rows if r["model"] == m])) for m in MODELS}
-        write_gpu(
-            "fig8_mgg_vs_uvm",
-            {"scale": args.scale, "mean_speedup": mean},
-            rows,
-            ["graph", "np", "model", "mgg_ms", "uvm_ms", "speedup"],
-            notes=f"Aggregation time of one forward pass; P virtual PEs on one GPU. "
-            f"Mean speedup: GCN {mean['gcn']:.2f}x, GIN {mean['gin']:.2f}x "
-            "(paper: 3.16x GCN, 4.15x GIN on 8 A100s).",
-        )
+        mean = {
+            m: float(np.mean([r["speedup"] for r in res.rows if r["model"] == m]))
+            for m in MODELS
+            if any(r["model"] == m for r in res.rows)
+        }
+        print(f"mean speedup over UVM: {mean}", flush=True)
+        return res.finish(mean_speedup=mean)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

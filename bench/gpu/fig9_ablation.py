@@ -10,8 +10,9 @@ and vs MGG without interleaving (LNPs and RNPs in two launches). The paper: 3.47
 from __future__ import annotations
 
 import argparse
+import sys
 
-from common_gpu import PAPER_GRAPHS, raw_log, standin_graph, time_designs, write_gpu
+from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs
 
 
 def main():
@@ -21,7 +22,12 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     args = ap.parse_args()
-    rows = []
+    res = Results(
+        "fig9_ablation",
+        {"np": args.np, "scale": args.scale},
+        ["graph", "D", "mgg_ms", "no_partition_slowdown", "no_interleave_slowdown"],
+        notes="Slowdowns > 1 point the paper's way (3.47x, 1.32x).",
+    )
     with raw_log("fig9_ablation"):
         for name in args.graphs.split(","):
             g = standin_graph(name, args.scale).graph
@@ -38,21 +44,15 @@ def main():
                     "no_partition_slowdown": t["no_partition"] / t["pipelined"],
                     "no_interleave_slowdown": t["no_interleave"] / t["pipelined"],
                 }
-                rows.append(row)
+                res.add(row)
                 print(
                     f"{name} D={d}: MGG {row['mgg_ms']:.2f} ms; without partitioning "
                     f"{row['no_partition_slowdown']:.2f}x slower, without interleaving "
                     f"{row['no_interleave_slowdown']:.2f}x",
                     flush=True,
                 )
-        write_gpu(
-            "fig9_ablation",
-            {"np": args.np, "scale": args.scale},
-            rows,
-            ["graph", "D", "mgg_ms", "no_partition_slowdown", "no_interleave_slowdown"],
-            notes="Slowdowns > 1 point the paper's way (3.47x, 1.32x).",
-        )
+        return res.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,13 +1,17 @@
 """Probe what NVSHMEM does on this GPU machine, with several PEs sharing one GPU.
 
-    launch/mggrun -np 2 python bench/gpu/probe.py [--init uid|emulated_mpi|mpi]
+    launch/mggrun -np 2 python bench/gpu/probe.py [--out DIR] [--init uid|emulated_mpi|mpi]
 
 Each step is tried on its own and recorded (ok / error with its message):
+  0. the job has the size mggrun asked for (else every rank is a singleton);
   1. nvshmem4py init under mpiexec;  2. symmetric arrays;  3. get_peer_array between
   PEs on the same GPU;  4. a RawModule kernel reading a peer through a pointer table;
   5. a kernel built with backend='nvcc', -dc and libnvshmem_device calling
-  nvshmemx_float_get_nbi_warp after cumodule_init.
-Rank 0 writes bench/results/gpu/probe.json and docs/gpu-notes.md.
+  nvshmemx_float_get_nbi_warp after cumodule_init (its status checked);  6. mgg's own
+  get-mode kernel compiled, linked and registered;  then the cleanup (free, finalize).
+Every rank appends each step to DIR/probe-np<P>.jsonl the moment it ends, so a hang or
+a crash later loses nothing; `bench/gpu/stage.py collect` turns them into
+docs/gpu-notes.md.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 import traceback
 from pathlib import Path
@@ -45,47 +48,70 @@ extern "C" __global__ void get_peer(const float* sym, float* out, int n, int pe)
 """
 
 
-def step(results, name, fn):
-    t0 = time.perf_counter()
-    try:
-        detail = fn()
-        results.append(
-            {"step": name, "ok": True, "detail": detail, "seconds": time.perf_counter() - t0}
-        )
-        return True
-    except Exception as e:  # noqa: BLE001 - the point is to record what fails
-        results.append(
-            {
+class Recorder:
+    """Runs steps and appends each outcome to a JSON-lines file shared by the ranks."""
+
+    def __init__(self, path: Path, rank: int, size: int):
+        self.path, self.rank, self.size = path, rank, size
+        self.results: list[dict] = []
+
+    def step(self, name: str, fn) -> bool:
+        t0 = time.perf_counter()
+        try:
+            rec = {"step": name, "ok": True, "detail": fn()}
+        except Exception as e:  # noqa: BLE001 - the point is to record what fails
+            rec = {
                 "step": name,
                 "ok": False,
                 "error": f"{type(e).__name__}: {e}",
                 "trace": traceback.format_exc(limit=4),
-                "seconds": time.perf_counter() - t0,
             }
-        )
-        return False
+        rec.update(rank=self.rank, np=self.size, seconds=round(time.perf_counter() - t0, 3))
+        self.results.append(rec)
+        line = json.dumps(rec, default=str) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())  # one write per record: ranks do not interleave
+        finally:
+            os.close(fd)
+        print(f"[rank {self.rank}] {name}: {'ok' if rec['ok'] else rec['error']}", flush=True)
+        return rec["ok"]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--init", default="uid", choices=["uid", "emulated_mpi", "mpi"])
+    ap.add_argument("--out", default=os.environ.get("MGG_GPU_OUT") or ROOT / "bench/results/gpu")
     args = ap.parse_args()
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
-    results: list[dict] = []
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(out / f"probe-np{size}.jsonl", rank, size)
     state: dict = {}
+
+    def job_size():
+        asked = os.environ.get("MGG_NP")
+        lib = MPI.Get_library_version().splitlines()[0].strip()
+        if asked is None:
+            raise RuntimeError("not started by mggrun (MGG_NP unset): the size is unchecked")
+        if int(asked) != size:
+            raise RuntimeError(f"mggrun asked for {asked} ranks, MPI reports {size} ({lib})")
+        return {"np": size, "mpi_library": lib, "mpi4py": __import__("mpi4py").__version__}
 
     def init():
         import cupy
         import nvshmem.core as nvshmem
-        from cuda.core.experimental import Device
+
+        from mgg.comm.nvshmem import cuda_device
 
         dev_id = int(os.environ.get("MGG_DEVICE", 0))
         cupy.cuda.Device(dev_id).use()
-        dev = Device(dev_id)
+        dev = cuda_device(dev_id)
         dev.set_current()
+        os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
         if args.init == "uid":
             uid = nvshmem.get_unique_id(empty=rank != 0)
             comm.Bcast(uid._data.view(np.int8), root=0)
@@ -98,6 +124,7 @@ def main():
             "n_pes": int(nvshmem.n_pes()),
             "device": cupy.cuda.runtime.getDeviceProperties(dev_id)["name"].decode(),
             "init_method": args.init,
+            "device_class": f"{type(dev).__module__}.{type(dev).__name__}",
         }
 
     def symmetric():
@@ -110,25 +137,22 @@ def main():
         return {"type": type(x).__module__ + "." + type(x).__name__, "ptr": int(x.data.ptr)}
 
     def peer_array():
+        from mgg.comm.nvshmem import peer_addresses
+
         cupy, nvshmem = state["cupy"], state["nvshmem"]
+        x = state["x"]
+        ptrs, unreachable = peer_addresses(
+            lambda pe: nvshmem.get_peer_array(x, pe), x.data.ptr, rank, size
+        )
+        state["peers"] = cupy.asarray(np.array(ptrs, np.uint64))
+        if unreachable:
+            raise RuntimeError(f"nvshmem_ptr cannot map peers {unreachable}")
+        if size == 1:
+            return {"peers": "none (one PE)"}
         pe = (rank + 1) % size
-        peer = nvshmem.get_peer_array(state["x"], pe)
-        if peer is None:
-            raise RuntimeError(f"get_peer_array returned None for pe {pe}")
-        val = float(cupy.asnumpy(peer[:4]).mean())
+        val = float(cupy.asnumpy(nvshmem.get_peer_array(x, pe)[:4]).mean())
         if val != pe + 1:
             raise RuntimeError(f"read {val} from pe {pe}, expected {pe + 1}")
-        state["peers"] = cupy.asarray(
-            np.array(
-                [
-                    state["x"].data.ptr
-                    if p == rank
-                    else nvshmem.get_peer_array(state["x"], p).data.ptr
-                    for p in range(size)
-                ],
-                np.uint64,
-            )
-        )
         return {"read_from_pe": pe, "value": val}
 
     def pointer_table_kernel():
@@ -146,11 +170,10 @@ def main():
         return {"kernel_read_from_pe": pe, "value": got}
 
     def nbi_get_kernel():
-        cupy = state["cupy"]
-        import nvshmem.bindings
-
+        from mgg.comm.nvshmem import register_module
         from mgg.kernels.cuda import nvshmem_home
 
+        cupy = state["cupy"]
         home = nvshmem_home()
         if home is None:
             raise RuntimeError("no NVSHMEM headers found (nvidia-nvshmem-cu13 / NVSHMEM_HOME)")
@@ -160,7 +183,7 @@ def main():
             options=("-dc", f"-I{home}/include", f"-L{home}/lib", "-lnvshmem_device"),
         )
         fn = mod.get_function("get_peer")
-        nvshmem.bindings.cumodule_init(mod.module.ptr)
+        register_module(mod)  # raises on a non-zero cumodule_init status
         out = cupy.zeros(256, cupy.float32)
         pe = (rank + 1) % size
         fn((1,), (32,), (state["x"], out, np.int32(256), np.int32(pe)))
@@ -170,67 +193,48 @@ def main():
             raise RuntimeError(f"nbi get read {got} from pe {pe}, expected {pe + 1}")
         return {"nbi_get_from_pe": pe, "value": got, "nvshmem_home": home}
 
-    ok = step(results, "1. nvshmem4py init under mpiexec, PEs sharing one GPU", init)
+    def mgg_get_kernel():
+        from mgg.kernels.cuda import load_module
+
+        t0 = time.perf_counter()
+        for weighted in (False, True):
+            load_module(state["dev"], weighted, "get")
+        return {"compile_link_register_seconds": round(time.perf_counter() - t0, 2)}
+
+    if not rec.step("0. the job has the size mggrun asked for", job_size):
+        return 1
+    ok = rec.step("1. nvshmem4py init under mpiexec, PEs sharing one GPU", init)
     if ok:
-        ok = step(results, "2. symmetric arrays (nvshmem.core.array)", symmetric)
+        ok = rec.step("2. symmetric arrays (nvshmem.core.array)", symmetric)
     if ok:
-        if step(results, "3. get_peer_array between PEs on the same GPU", peer_array):
-            step(
-                results,
-                "4. RawModule kernel reading a peer through a pointer table",
-                pointer_table_kernel,
+        if rec.step("3. get_peer_array between PEs on the same GPU", peer_array):
+            rec.step(
+                "4. RawModule kernel reading a peer through a pointer table", pointer_table_kernel
             )
-        step(
-            results,
+        rec.step(
             "5. nvcc -dc kernel with nvshmemx_float_get_nbi_warp after cumodule_init",
             nbi_get_kernel,
         )
-    all_results = comm.gather(results, root=0)
+        rec.step("6. mgg's get-mode kernel compiles, links and registers", mgg_get_kernel)
+    comm.Barrier()
     if "nvshmem" in state:
-        try:
+
+        def cleanup():
+            from mgg.comm.nvshmem import release_modules
+
             state["cupy"].cuda.Device().synchronize()
             comm.Barrier()
             if "x" in state:
-                state["nvshmem"].free_array(state["x"])
+                state["nvshmem"].free_array(state.pop("x"))
+            failed = release_modules()
             state["nvshmem"].finalize()
-        except Exception as e:  # noqa: BLE001
-            results.append({"step": "finalize", "ok": False, "error": repr(e)})
-    if rank == 0:
-        write(all_results, size, args.init)
+            if failed:
+                raise RuntimeError("; ".join(failed))
+            return "freed, modules released, finalized"
 
-
-def write(all_results, size, init):
-    out = ROOT / "bench" / "results" / "gpu"
-    out.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "np": size,
-        "init": init,
-        "host": platform.node(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-        "ranks": all_results,
-    }
-    (out / "probe.json").write_text(json.dumps(payload, indent=1))
-    lines = [
-        "# GPU notes: what NVSHMEM does on the GPU machine",
-        "",
-        f"Generated by `launch/mggrun -np {size} python bench/gpu/probe.py --init {init}` "
-        f"on {payload['date']} ({payload['host']}). Raw: "
-        "`bench/results/gpu/probe.json`.",
-        "",
-        "| step | rank 0 | all ranks | detail or error |",
-        "|---|---|---|---|",
-    ]
-    for i, r0 in enumerate(all_results[0]):
-        ok_all = all(len(r) > i and r[i]["ok"] for r in all_results)
-        detail = json.dumps(r0.get("detail")) if r0["ok"] else r0.get("error", "")
-        lines.append(
-            f"| {r0['step']} | {'ok' if r0['ok'] else 'FAILS'} | "
-            f"{'ok' if ok_all else 'FAILS'} | {detail} |"
-        )
-    lines += ["", "The design follows these results: see docs/runtime.md, 'GPU backend'."]
-    (ROOT / "docs" / "gpu-notes.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+        rec.step("7. cleanup: free_array, cumodule_finalize, finalize", cleanup)
+    return 0 if all(r["ok"] for r in rec.results) else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

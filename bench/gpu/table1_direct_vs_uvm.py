@@ -10,8 +10,9 @@ reads without MGG's partitioning and interleaving do not pay off by themselves.
 from __future__ import annotations
 
 import argparse
+import sys
 
-from common_gpu import PAPER_GRAPHS, raw_log, standin_graph, time_designs, write_gpu
+from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs, uvm_columns
 
 
 def main():
@@ -21,7 +22,21 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     args = ap.parse_args()
-    rows = []
+    res = Results(
+        "table1_direct_vs_uvm",
+        {"np": args.np, "dim": args.dim, "scale": args.scale},
+        [
+            "graph",
+            "nodes",
+            "edges",
+            "direct_ms",
+            "uvm_ms",
+            "direct_over_uvm",
+            "uvm_advice_verified",
+        ],
+        notes=f"{args.np} virtual PEs on one GPU, D = {args.dim}, op sum. "
+        "direct_over_uvm > 1: direct is slower (as the paper finds on 3 of 5 graphs).",
+    )
     with raw_log("table1_direct_vs_uvm"):
         for name in args.graphs.split(","):
             g = standin_graph(name, args.scale).graph
@@ -33,23 +48,16 @@ def main():
                 "direct_ms": t["direct"] * 1e3,
                 "uvm_ms": t["uvm"] * 1e3,
                 "direct_over_uvm": t["direct"] / t["uvm"],
+                **uvm_columns(t),
             }
-            rows.append(row)
+            res.add(row)
             print(
                 f"{name}: direct {row['direct_ms']:.2f} ms, UVM {row['uvm_ms']:.2f} ms, "
                 f"direct/UVM {row['direct_over_uvm']:.2f}",
                 flush=True,
             )
-        write_gpu(
-            "table1_direct_vs_uvm",
-            {"np": args.np, "dim": args.dim, "scale": args.scale},
-            rows,
-            ["graph", "nodes", "edges", "direct_ms", "uvm_ms", "direct_over_uvm"],
-            notes=f"{args.np} virtual PEs on one GPU, D = {args.dim}, op sum. "
-            "direct_over_uvm > 1: direct is slower (as the paper finds on 3 "
-            "of 5 graphs).",
-        )
+        return res.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -13,9 +13,10 @@ preprocessing is not comparable and is reported as is. Goal: MGG >= 1.3x DGCL-st
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from common_gpu import PAPER_GRAPHS, raw_log, standin_graph, time_designs, write_gpu
+from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs
 
 from mgg.partition import build_plan
 
@@ -27,7 +28,13 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
     args = ap.parse_args()
-    rows = []
+    res = Results(
+        "table4_mgg_vs_dgcl",
+        {"dim": args.dim, "scale": args.scale},
+        ["graph", "np", "mgg_ms", "dgcl_ms", "speedup", "mgg_preprocess_s", "dgcl_preprocess_s"],
+        notes="Aggregation per call (every virtual PE on one GPU, bulk gather "
+        "included for DGCL-style).",
+    )
     with raw_log("table4_mgg_vs_dgcl"):
         for name in args.graphs.split(","):
             g = standin_graph(name, args.scale).graph
@@ -45,30 +52,15 @@ def main():
                     "mgg_preprocess_s": plan_s,
                     "dgcl_preprocess_s": plan_s + t["setup"]["dgcl"],
                 }
-                rows.append(row)
+                res.add(row)
                 print(
                     f"{name} P={p}: MGG {row['mgg_ms']:.2f} ms DGCL-style "
                     f"{row['dgcl_ms']:.2f} ms -> {row['speedup']:.2f}x; preprocessing "
                     f"{plan_s:.2f} s vs {row['dgcl_preprocess_s']:.2f} s",
                     flush=True,
                 )
-        write_gpu(
-            "table4_mgg_vs_dgcl",
-            {"dim": args.dim, "scale": args.scale},
-            rows,
-            [
-                "graph",
-                "np",
-                "mgg_ms",
-                "dgcl_ms",
-                "speedup",
-                "mgg_preprocess_s",
-                "dgcl_preprocess_s",
-            ],
-            notes="Aggregation per call (every virtual PE on one GPU, bulk gather "
-            "included for DGCL-style).",
-        )
+        return res.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

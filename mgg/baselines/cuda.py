@@ -16,6 +16,8 @@ times compare designs on equal hardware. All produce the scipy oracle's output.
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 from ..kernels.cuda import DevicePlan, run
@@ -74,9 +76,80 @@ class DGCL(VirtualDesign):
         run(dp, self.bufs[r], peers, out, op, eps, cfg, self.dev_id)
 
 
+CPU_DEVICE_ID = -1  # cudaCpuDeviceId: what a range preferring the host reads back as
+PAGE = mmap.PAGESIZE
+
+
+def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) -> dict:
+    """Managed rows [lb, ub) of PE r preferred on (and prefetched to) the GPU, every other
+    row on the host, all accessed by the GPU; then the preferred location read back, so
+    that advice refused shows. rt: cuda.bindings.runtime (CUDA 13 takes a cudaMemLocation,
+    which CuPy's memAdvise cannot say 'host' with). Returns {"verified", "detail"}."""
+    lb, ub, n = int(bounds[r]), int(bounds[r + 1]), int(bounds[-1])
+    kind = rt.cudaMemLocationType
+    advise = rt.cudaMemoryAdvise
+    problems = []
+
+    def loc(where):
+        m = rt.cudaMemLocation()
+        m.type = kind.cudaMemLocationTypeHost if where == "host" else kind.cudaMemLocationTypeDevice
+        m.id = 0 if where == "host" else device_id
+        return m
+
+    def call(what, fn, *args):
+        try:
+            err, *out = fn(*args)
+        except Exception as e:  # noqa: BLE001 - a binding of another CUDA version
+            problems.append(f"{what}: {type(e).__name__}: {e}")
+            return None
+        if err != rt.cudaError_t.cudaSuccess:
+            problems.append(f"{what}: {err!r}")
+            return None
+        return out
+
+    ranges = [
+        (a, b, where)
+        for a, b, where in ((0, lb, "host"), (lb, ub, device_id), (ub, n, "host"))
+        if b > a
+    ]
+    for a, b, where in ranges:
+        ptr, nbytes = base + a * row_bytes, (b - a) * row_bytes
+        call(
+            "advise preferred",
+            rt.cudaMemAdvise,
+            ptr,
+            nbytes,
+            advise.cudaMemAdviseSetPreferredLocation,
+            loc(where),
+        )
+        call(
+            "advise accessed-by",
+            rt.cudaMemAdvise,
+            ptr,
+            nbytes,
+            advise.cudaMemAdviseSetAccessedBy,
+            loc(device_id),
+        )
+        call("prefetch", rt.cudaMemPrefetchAsync, ptr, nbytes, loc(where), 0, 0)
+    attr = rt.cudaMemRangeAttribute.cudaMemRangeAttributePreferredLocation
+    for a, b, where in ranges:
+        # advice applies to whole CPU pages: read back only the pages no other range shares
+        lo = -(-(base + a * row_bytes) // PAGE) * PAGE
+        hi = (base + b * row_bytes) // PAGE * PAGE
+        if hi <= lo:
+            continue
+        got = call("read back", rt.cudaMemRangeGetAttribute, 4, attr, lo, hi - lo)
+        want = CPU_DEVICE_ID if where == "host" else device_id
+        if got is not None and got[0] != want:
+            problems.append(f"rows [{a}, {b}) prefer {got[0]!r}, not {want}")
+    return {"verified": not problems, "detail": "; ".join(problems) or "as advised"}
+
+
 class UVM(VirtualDesign):
     """All rows in one managed array; before PE r runs, its rows are advised to the GPU
-    and prefetched, every other row advised to the host: remote reads fault."""
+    and prefetched, every other row advised to the host: remote reads go to host memory.
+    ``advice`` records whether the placement was verified on every PE (when it is not,
+    every row may sit on the GPU and the design measures nothing of UVM)."""
 
     name = "uvm"
 
@@ -100,27 +173,26 @@ class UVM(VirtualDesign):
         self.bufs = [self.managed[int(self.bounds[r]) :] for r in range(len(self.plans))]
         self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
         self.cfgs = [self._cfg(p, self.dist) for p in self.plans]
-        self.advice_ok = True
+        self.advice = {"verified": True, "detail": "not placed yet"}
+        try:
+            from cuda.bindings import runtime as rt
+        except ImportError as e:
+            rt = None
+            self.advice = {"verified": False, "detail": f"cuda.bindings unavailable: {e}"}
+        self._rt = rt
 
     def load(self, x):
         self.managed[: x.shape[0]] = self.cupy.asarray(x, self.cupy.float32)
         self.cupy.cuda.Device().synchronize()
 
     def _place(self, r) -> None:
-        """Own rows on the GPU, the rest on the host (cudaMemAdvise + prefetch)."""
-        rt = self.cupy.cuda.runtime
-        row = self.dim * 4
-        base = self.managed.data.ptr
-        lb, ub = int(self.bounds[r]), int(self.bounds[r + 1])
-        n = int(self.bounds[-1])
-        try:
-            for a, b, dev in ((0, lb, -1), (lb, ub, self.dev_id), (ub, n, -1)):
-                if b > a:
-                    rt.memAdvise(base + a * row, (b - a) * row, 3, dev)  # PreferredLocation
-                    rt.memAdvise(base + a * row, (b - a) * row, 5, self.dev_id)  # AccessedBy
-                    rt.memPrefetchAsync(base + a * row, (b - a) * row, dev, 0)
-        except Exception:  # noqa: BLE001 - the runtime API changed; record and go on
-            self.advice_ok = False
+        if self._rt is None:
+            return
+        got = place_rows(self._rt, self.managed.data.ptr, self.dim * 4, self.bounds, r, self.dev_id)
+        if not got["verified"]:
+            self.advice = {"verified": False, "detail": f"PE {r}: {got['detail']}"}
+        elif self.advice["detail"] == "not placed yet":
+            self.advice = got
 
     def _run_pe(self, r, p, dp, cfg, out, op, eps) -> None:
         self._place(r)

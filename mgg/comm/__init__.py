@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .base import Comm, SymmetricArray
 
-__all__ = ["Comm", "SymmetricArray", "get_comm"]
+__all__ = ["Comm", "SymmetricArray", "finalize", "get_comm"]
 
 _world = {}
 
@@ -24,3 +24,10 @@ def get_comm(backend: str = "mpi", **kw) -> Comm:
         else:
             raise ValueError(f"unknown comm backend {backend!r}; choose 'mpi' or 'nvshmem'")
     return _world[key]
+
+
+def finalize() -> None:
+    """Collective: finalize the device comms of this process (NVSHMEM: arrays, registered
+    modules, the runtime), so that a job ends cleanly. MPI is finalized by mpi4py at exit."""
+    for key in [k for k in _world if k[0] == "nvshmem"]:
+        _world.pop(key).finalize()

@@ -9,6 +9,7 @@ Two window modes:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -62,6 +63,26 @@ def abort(comm, code: int) -> None:
 ABORT_GRACE_SECONDS = 1.0
 
 
+class LaunchMismatchError(RuntimeError):
+    """The job's world is not the size mggrun asked for."""
+
+
+def check_world_size(size: int, asked: str | None, MPI=None) -> None:
+    """Raise LaunchMismatchError when mggrun asked for ``asked`` ranks (its MGG_NP) and MPI
+    reports a world of ``size``: then mpi4py is bound to another MPI library than the
+    mpiexec that started the job, and every rank would run alone, as a singleton."""
+    if not asked or int(asked) == size:
+        return
+    lib = MPI.Get_library_version().splitlines()[0].strip() if MPI is not None else "unknown"
+    raise LaunchMismatchError(
+        f"mggrun started {asked} ranks but MPI reports a world of {size}: mpi4py is bound "
+        f"to another MPI library ({lib}) than the mpiexec that launched the job "
+        f"({os.environ.get('MGG_MPIEXEC') or 'the one beside this Python'}). Set "
+        "MGG_MPIEXEC to that library's mpiexec, or LD_LIBRARY_PATH to the library of this "
+        "mpiexec (docs/gpu-notes.md shows both)"
+    )
+
+
 class MPIComm(Comm):
     """mgg.comm over mpi4py. ``window``: 'shm', 'rma' or 'auto' (shm when on one node)."""
 
@@ -71,6 +92,8 @@ class MPIComm(Comm):
         self.comm = comm if comm is not None else MPI.COMM_WORLD
         self.rank = self.comm.Get_rank()
         self.size = self.comm.Get_size()
+        if comm is None:
+            check_world_size(self.size, os.environ.get("MGG_NP"), MPI)
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.single_node = self.comm.allreduce(self.node.Get_size()) == self.size**2
         if window not in ("auto", "shm", "rma"):

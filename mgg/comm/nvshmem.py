@@ -4,7 +4,8 @@ Host collectives (barrier, allreduce, broadcast) go through MPI, as in the MPI b
 NVSHMEM's own collectives need the MPS daemon when several PEs share a GPU, and a
 barrier here must order host-launched kernels anyway (device sync, then MPI barrier).
 NVSHMEM provides the symmetric allocation, the peers' base pointers (nvshmem_ptr) for
-the p2p kernel, and the device-side gets of the get kernel.
+the p2p kernel, and the device-side gets of the get kernel, whose modules must be
+registered with NVSHMEM (register_module) after init and released before finalize.
 """
 
 from __future__ import annotations
@@ -54,6 +55,72 @@ def check_heap(used: int, nbytes: int, heap: int, rows: int, dim: int) -> None:
         )
 
 
+def cuda_device(device_id: int):
+    """cuda.core's Device for this GPU: from ``cuda.core`` (cuda-core >= 0.5, which
+    nvshmem4py 0.4 needs), else from the deprecated ``cuda.core.experimental``."""
+    try:
+        from cuda.core import Device
+    except ImportError:
+        from cuda.core.experimental import Device
+    return Device(device_id)
+
+
+def peer_addresses(get_peer, own: int, rank: int, size: int) -> tuple[list[int], dict]:
+    """Base address of every PE's buffer as this PE can load it, 0 where it cannot, and
+    {pe: why} for those. get_peer(pe) wraps nvshmem_ptr (nvshmem4py's get_peer_array),
+    which raises, or gives None or a null pointer, for a peer not reachable by loads."""
+    ptrs, unreachable = [], {}
+    for pe in range(size):
+        if pe == rank:
+            ptrs.append(int(own))
+            continue
+        try:
+            peer = get_peer(pe)
+            ptr = 0 if peer is None else int(peer.data.ptr)
+            why = "nvshmem_ptr gave a null pointer"
+        except Exception as e:  # noqa: BLE001 - nvshmem4py's errors have no common base
+            ptr, why = 0, f"{type(e).__name__}: {e}"
+        ptrs.append(ptr)
+        if ptr == 0:
+            unreachable[pe] = why
+    return ptrs, unreachable
+
+
+_MODULES: dict[int, object] = {}  # CUmodule handle -> its RawModule, registered with NVSHMEM
+
+
+def register_module(module) -> None:
+    """nvshmemx_cumodule_init for a CuPy RawModule that calls NVSHMEM on the device (once
+    per NVSHMEM init; needs init first). A non-zero status raises: its kernels would
+    fault."""
+    ptr = int(module.module.ptr)
+    if ptr in _MODULES:
+        return
+    import nvshmem.bindings
+
+    status = nvshmem.bindings.cumodule_init(ptr)
+    if status != 0:
+        raise RuntimeError(
+            f"nvshmemx_cumodule_init returned {status}: the get kernel cannot reach NVSHMEM "
+            "(is NVSHMEM initialized on this PE, and the module built with -dc against "
+            "libnvshmem_device?)"
+        )
+    _MODULES[ptr] = module
+
+
+def release_modules() -> list[str]:
+    """nvshmemx_cumodule_finalize for every registered module; what failed, if any."""
+    import nvshmem.bindings
+
+    failed = []
+    for ptr in list(_MODULES):
+        status = nvshmem.bindings.cumodule_finalize(ptr)
+        if status != 0:
+            failed.append(f"module {ptr:#x}: cumodule_finalize returned {status}")
+        del _MODULES[ptr]
+    return failed
+
+
 class NVSHMEMComm(MPIComm):
     """MPI for the host, NVSHMEM for device memory. ``device``: the GPU of this rank
     (default: $MGG_DEVICE, set by mggrun, else the node rank modulo the GPU count)."""
@@ -62,7 +129,6 @@ class NVSHMEMComm(MPIComm):
         super().__init__(comm, window="rma")
         import cupy
         import nvshmem.core as nvshmem
-        from cuda.core.experimental import Device
 
         self.cupy, self.nvshmem = cupy, nvshmem
         if device is None:
@@ -73,8 +139,10 @@ class NVSHMEMComm(MPIComm):
             )
         self.device_id = device
         cupy.cuda.Device(device).use()
-        dev = Device(device)
+        dev = cuda_device(device)
         dev.set_current()
+        if self.single_node:  # the UID bootstrap's socket needs no network on one node
+            os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
         method = init_method or os.environ.get("MGG_NVSHMEM_INIT", "uid")
         if method == "uid":  # works with any MPI: the unique id travels over mpi4py
             uid = nvshmem.get_unique_id(empty=self.rank != 0)
@@ -87,6 +155,7 @@ class NVSHMEMComm(MPIComm):
         self.heap = heap_bytes()
         self.used = 0
         self.arrays: list[NVSHMEMSymmetricArray] = []
+        self.unreachable: dict[int, str] = {}  # peers nvshmem_ptr cannot map, and why
 
     def barrier(self) -> None:
         self.cupy.cuda.Device().synchronize()
@@ -110,20 +179,26 @@ class NVSHMEMComm(MPIComm):
 
     def peer_pointers(self, sym: NVSHMEMSymmetricArray):
         """uint64 [P] device array: each PE's base address of ``sym`` as this PE can load
-        it (nvshmem_ptr), 0 where the peer is not reachable by loads."""
-        ptrs = []
-        for pe in range(self.size):
-            if pe == self.rank:
-                ptrs.append(sym.array.data.ptr)
-                continue
-            peer = self.nvshmem.get_peer_array(sym.array, pe)
-            ptrs.append(0 if peer is None else peer.data.ptr)
+        it (nvshmem_ptr), 0 where the peer is not reachable by loads (reasons kept in
+        ``unreachable``)."""
+        ptrs, self.unreachable = peer_addresses(
+            lambda pe: self.nvshmem.get_peer_array(sym.array, pe),
+            sym.array.data.ptr,
+            self.rank,
+            self.size,
+        )
         return self.cupy.asarray(np.array(ptrs, np.uint64))
 
     def finalize(self) -> None:
+        """Collective: free the symmetric arrays, release the registered modules, then
+        finalize NVSHMEM (in this order: modules must not outlive the runtime)."""
         for sym in list(self.arrays):
             sym.free()
+        self.barrier()
+        failed = release_modules()
         self.nvshmem.finalize()
+        if failed:
+            raise RuntimeError("; ".join(failed))
 
 
 class NVSHMEMSymmetricArray(SymmetricArray):

@@ -7,10 +7,14 @@ import numpy as np
 from ..graph.core import Graph
 
 
-def aggregate(graph: Graph, x: np.ndarray, op: str = "sum", eps: float = 0.0) -> np.ndarray:
-    """Whole-graph aggregation in float64.
+def aggregate(
+    graph: Graph, x: np.ndarray, op: str = "sum", eps: float = 0.0, rows=None
+) -> np.ndarray:
+    """Whole-graph aggregation in float64 (only the nodes ``rows`` when given: a cheap
+    check of a large graph on a sample).
 
-    x [N, D] -> out [N, D] with, for each node v and its in-neighbors u (with multiplicity):
+    x [N, D] -> out [N, D] (or [len(rows), D]) with, for each node v and its in-neighbors
+    u (with multiplicity):
       sum   sum_u x_u          mean  sum_u x_u / deg(v)      (0 for isolated v)
       gcn   sum_u w_uv x_u     (edge weights, e.g. from graph.gcn_norm())
       gin   (1 + eps) x_v + sum_u x_u
@@ -23,12 +27,17 @@ def aggregate(graph: Graph, x: np.ndarray, op: str = "sum", eps: float = 0.0) ->
     # built directly: scipy's astype() would merge duplicate edges
     data = graph.weights.astype(np.float64) if op == "gcn" else np.ones(graph.num_edges)
     a = sp.csr_matrix((data, graph.indices, graph.indptr), shape=(graph.num_nodes,) * 2)
-    out = a @ np.asarray(x, np.float64)
+    xd = np.asarray(x, np.float64)
+    if rows is None:
+        rows, out = slice(None), a @ xd
+    else:
+        rows = np.asarray(rows, np.int64)
+        out = a[rows] @ xd
     if op == "mean":
-        deg = graph.in_degrees()
+        deg = graph.in_degrees()[rows]
         out[deg > 0] /= deg[deg > 0, None]
     elif op == "gin":
-        out += (1.0 + eps) * x
+        out += (1.0 + eps) * x[rows]
     return out
 
 

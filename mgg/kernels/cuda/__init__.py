@@ -52,24 +52,27 @@ def compile_options(weighted: bool, mode: str) -> tuple[str, ...]:
     return opts
 
 
-@functools.cache
 def load_module(device_id: int, weighted: bool, mode: str):
-    """The compiled RawModule for this device and variant (compiled once per process)."""
+    """The compiled RawModule for this device and variant (compiled once per process); a
+    get-mode module is registered with NVSHMEM, which must be initialized by then."""
+    mod = _compiled(device_id, weighted, mode)
+    if mode == "get":
+        from ...comm.nvshmem import register_module
+
+        register_module(mod)
+    return mod
+
+
+@functools.cache
+def _compiled(device_id: int, weighted: bool, mode: str):
     import cupy
 
+    backend = "nvcc" if mode == "get" else "nvrtc"  # the get mode links libnvshmem_device
     with cupy.cuda.Device(device_id):
-        if mode == "get":
-            mod = cupy.RawModule(
-                code=SOURCE.read_text(), options=compile_options(weighted, mode), backend="nvcc"
-            )
-            mod.get_function("mgg_aggregate")  # compile now
-            import nvshmem.bindings
-
-            # device-side NVSHMEM needs the module registered after nvshmem init
-            nvshmem.bindings.cumodule_init(mod.module.ptr)
-            return mod
-        mod = cupy.RawModule(code=SOURCE.read_text(), options=compile_options(weighted, mode))
-        mod.get_function("mgg_aggregate")
+        mod = cupy.RawModule(
+            code=SOURCE.read_text(), options=compile_options(weighted, mode), backend=backend
+        )
+        mod.get_function("mgg_aggregate")  # compile now
         return mod
 
 

@@ -8,14 +8,17 @@ import numpy as np
 
 from ..distributed import check_plan
 from ..reference import check_op
-from . import DevicePlan, current_device, launch_config, run
+from . import MODES, DevicePlan, current_device, launch_config, run
 
 
 class CudaPipelined:
     """One kernel per call: warps interleave LNPs and RNPs (``dist`` of each), remote rows
-    by peer-pointer loads ('p2p', when every peer is reachable so) or NVSHMEM gets ('get').
+    by peer-pointer loads ('p2p') or NVSHMEM device gets ('get').
 
-    comm  mgg.comm.nvshmem.NVSHMEMComm, or None for a single PE (plain device memory)
+    comm  mgg.comm.nvshmem.NVSHMEMComm (any size: the get mode needs NVSHMEM even on one
+          PE), or None for a single PE in plain device memory
+    mode  'p2p', 'get', or None: p2p when every peer is reachable by loads (nvshmem_ptr)
+          on every PE, else get. ``remote_path`` says which was chosen and why.
     """
 
     name = "pipelined"
@@ -32,35 +35,51 @@ class CudaPipelined:
         mode: str | None = None,
         window=None,
     ):
-        import cupy
-
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
+        if mode not in (None, *MODES):
+            raise ValueError(f"remote mode must be one of {MODES} or None, got {mode!r}")
+        if comm is None and mode == "get":
+            raise ValueError(
+                "mode 'get' reads through NVSHMEM: launch with mggrun (one PE will do)"
+            )
+        import cupy
+
         self.plan, self.comm, self.dim = plan, comm, int(dim)
         self.dev_id, self.dev = current_device()
         n = plan.num_local_nodes
-        if comm is None or comm.size == 1:
+        if comm is None:
             if plan.num_ranks != 1:
                 raise ValueError(f"the plan is for {plan.num_ranks} ranks but there is no comm")
             self.buffer = None
             self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), cupy.float32)
             self.x = self._own[:n]
             self.peers = cupy.asarray(np.array([self._own.data.ptr], np.uint64))
-            mode = mode or "p2p"
+            mode, why = "p2p", "one PE in plain device memory"
         else:
             check_plan(plan, comm)
             self.buffer = comm.symmetric(plan.max_local_nodes, self.dim, np.float32)
             self.x = self.buffer.local[:n]
             self.peers = comm.peer_pointers(self.buffer)
-            reachable = bool(int(cupy.asnumpy(self.peers).min()) != 0)
-            # one mode for the whole job
-            all_reachable = comm.allreduce(np.array([int(reachable)]), "min")[0] == 1
-            mode = mode or ("p2p" if all_reachable else "get")
-            if mode == "p2p" and not all_reachable:
+            # one mode for the whole job: the most peers any PE cannot map
+            unreachable = int(comm.allreduce(np.array([len(comm.unreachable)]), "max")[0])
+            if mode == "p2p" and unreachable:
+                mine = comm.unreachable or "a peer PE cannot map all of its peers"
                 raise ValueError(
-                    "mode 'p2p' needs every peer reachable by loads (nvshmem_ptr); use mode 'get'"
+                    "mode 'p2p' needs every peer reachable by loads (nvshmem_ptr), but "
+                    f"{mine}: use mode 'get'"
                 )
+            if mode is None:
+                mode = "get" if unreachable else "p2p"
+                why = (
+                    f"chosen: nvshmem_ptr cannot map {unreachable} peer(s)"
+                    if unreachable
+                    else "chosen: nvshmem_ptr maps every peer"
+                )
+            else:
+                why = "asked for"
         self.mode = mode
+        self.remote_path = {"mode": mode, "why": why}
         self.dist, self.wpb = int(dist), int(wpb)
         self.dplan = DevicePlan(plan, self.dist)
         self.cfg = launch_config(

@@ -1,0 +1,680 @@
+"""The one entry point for the GPU machine: a stage per device command, results in --out.
+
+On the GPU machine (one command each, carrying .whl; `command` prints it):
+    python3 bench/gpu/stage.py STAGE --out $OUT [--quick]
+On the developer's machine:
+    python3 bench/gpu/stage.py list                 the stages, their steps and limits
+    python3 bench/gpu/stage.py command STAGE        the device command for this checkout
+    python3 bench/gpu/stage.py collect DIR|TAR ...  bring returned results home
+
+Before a stage runs, the environment is set up as docs/gpu-notes.md says: nvshmem4py
+and mpi4py installed from .whl/ into /tmp/mgg-site, the mpich wheel unzipped (pip
+--target would drop its lib/), PATH, LD_LIBRARY_PATH and MGG_MPIEXEC pointed at it, and
+a 2-rank mpiexec proving that launcher and library agree. The versions that matter are
+printed and kept. Anything missing fails the stage in seconds, saying what.
+
+Each stage ends inside STAGE_BUDGET seconds: its steps run with their own limits,
+shortened to what is left, each in its own process group (killed whole at its limit).
+Everything lands in --out/STAGE/: stage.json (versions, every step's outcome, rewritten
+after each step), stage.log (all output, as it is printed) and the benchmark's own
+files, which it writes row by row; so a command killed at its limit still returns what
+it measured. More than MAX_FILES files are packed into one tarball.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGE_BUDGET = 450.0  # seconds a stage may take, setup included (a command has 600)
+MIN_STEP = 15.0  # a step with less time left than this is skipped, not started
+MAX_FILES = 8  # what a device command brings back
+WHEELS = ("nvshmem4py", "mpi4py", "mpich")  # distributions (nvshmem4py_cu13 is one)
+SITE = Path("/tmp/mgg-site")
+MPICH = Path("/tmp/mgg-mpich")
+CHECK_GRAPH = "rmat:scale=14,ef=16"
+NOTES = ROOT / "docs" / "gpu-notes.md"
+HOME = ROOT / "bench" / "results" / "gpu"
+
+
+@dataclass
+class Step:
+    """One command of a stage. ``expect(stdout)`` returns why a run that exited 0 still
+    failed (a JSON result that says so), or None."""
+
+    name: str
+    argv: list[str]
+    timeout: float
+    expect: object = None
+
+
+@dataclass
+class Stage:
+    name: str
+    about: str
+    steps: list[Step] = field(default_factory=list)
+
+
+# ---- the stages --------------------------------------------------------------------------
+def _check_json(np_: int, mode: str):
+    def expect(stdout: str) -> str | None:
+        lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
+        if not lines:
+            return "no JSON result printed"
+        res = json.loads(lines[-1])
+        if res.get("np") != np_:
+            return f"the job ran with {res.get('np')} ranks, not {np_}"
+        bad = [f"{r['design']}/{r['op']}" for r in res["runs"] if not r["ok"]]
+        if bad:
+            return f"differs from scipy: {', '.join(bad)}"
+        modes = {r["remote_path"]["mode"] for r in res["runs"] if "remote_path" in r}
+        if mode != "auto" and modes != {mode}:
+            return f"ran the {sorted(modes)} remote path, not {mode}"
+        return None
+
+    return expect
+
+
+def stages(quick: bool = False) -> dict[str, Stage]:
+    py = sys.executable
+    run = [py, str(ROOT / "launch" / "mggrun")]
+    test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"]
+    bench = [py, "-u"]
+
+    def script(name, *args, timeout=420):
+        return Step(name, [*bench, f"bench/gpu/{name}.py", *args], timeout)
+
+    small = ["--scale", "0.02"] if quick else []
+    out = {
+        "probe": Stage(
+            "probe",
+            "NVSHMEM with 1, 2 and 4 PEs sharing the GPU: init, symmetric arrays, "
+            "nvshmem_ptr, a pointer-table kernel, a device-side get, mgg's get kernel",
+            [
+                Step(f"probe-np{p}", [*run, "-np", str(p), py, "bench/gpu/probe.py"], t)
+                for p, t in ((1, 90), (2, 120), (4, 150))
+            ],
+        ),
+        "tests": Stage(
+            "tests",
+            "the gpu-marked tests: single-process ones, compute-sanitizer, NVSHMEM PEs",
+            [
+                Step("single", [*test, "-m", "gpu and not mpi", "-k", "not memcheck"], 170),
+                Step("memcheck", [*test, "-m", "gpu", "-k", "memcheck"], 90),
+                Step("pes", [*test, "-m", "gpu and mpi"], 160),
+            ],
+        ),
+        "check": Stage(
+            "check",
+            f"mggrun -np P mgg check {CHECK_GRAPH} --backend cuda for P = 1, 2, 4 in the "
+            "p2p and the get mode, every op and design against scipy",
+            [
+                Step(
+                    f"np{p}-{mode}",
+                    [
+                        *run,
+                        "-np",
+                        str(p),
+                        "mgg",
+                        "check",
+                        "rmat:scale=10,ef=8" if quick else CHECK_GRAPH,
+                        "--backend",
+                        "cuda",
+                        "--mode",
+                        mode,
+                        "--op",
+                        "all",
+                        "--dim",
+                        "32",
+                        "--repeat",
+                        "3",
+                        "--json",
+                    ],
+                    68,
+                    _check_json(p, mode),
+                )
+                for p in (1, 2, 4)
+                for mode in ("p2p", "get")
+            ],
+        ),
+        "aggregation": Stage(
+            "aggregation",
+            "one PE vs cuSPARSE and PyG, Reddit-size R-MAT, D = 16 and 128",
+            [script("aggregation", *(["--edges", "20000000"] if quick else []))],
+        ),
+        "table1": Stage(
+            "table1",
+            "direct NVSHMEM vs UVM",
+            [script("table1_direct_vs_uvm", *(small or ["--scale", "0.1"]))],
+        ),
+        "fig8": Stage(
+            "fig8",
+            "MGG vs UVM, GCN and GIN, P = 2, 4, 8",
+            [script("fig8_mgg_vs_uvm", *(small or ["--scale", "0.1"]))],
+        ),
+        "table4": Stage(
+            "table4",
+            "MGG vs DGCL-style, with preprocessing",
+            [script("table4_mgg_vs_dgcl", *(small or ["--scale", "0.1"]))],
+        ),
+        "fig9": Stage(
+            "fig9",
+            "neighbor partitioning and interleaving ablations",
+            [script("fig9_ablation", *(small or ["--scale", "0.1"]))],
+        ),
+        "fig10": Stage(
+            "fig10",
+            "the tuner on the Reddit stand-in vs the exhaustive grid",
+            [script("fig10_tuner", *(["--scale", "0.05"] if quick else ["--scale", "0.25"]))],
+        ),
+        "e2e": Stage(
+            "e2e",
+            "GCN and GIN training steps vs PyG on one GPU",
+            [script("e2e_vs_pyg", *(small or ["--scale", "0.05"]))],
+        ),
+    }
+    return out
+
+
+# ---- the environment ---------------------------------------------------------------------
+class SetupError(RuntimeError):
+    """The GPU machine lacks something a stage needs."""
+
+
+def find_wheels(folder: Path) -> dict[str, Path]:
+    """The nvshmem4py, mpi4py and mpich wheels in folder: exactly one of each."""
+    if not folder.is_dir():
+        raise SetupError(
+            f"{folder} does not exist: run bench/gpu/fetch_wheels.sh here and carry .whl"
+        )
+    found = {}
+    for prefix in WHEELS:
+        hits = sorted(
+            p
+            for p in folder.glob("*.whl")
+            if p.name.split("-")[0] in (prefix, f"{prefix}_cu13", f"{prefix}_cu12")
+        )
+        if len(hits) != 1:
+            have = ", ".join(sorted(p.name for p in folder.glob("*.whl"))) or "no wheels"
+            raise SetupError(
+                f"{folder} needs exactly one {prefix} wheel, found {len(hits)} (it holds: {have})"
+            )
+        found[prefix] = hits[0]
+    return found
+
+
+def unzip_keeping_modes(wheel: Path, dest: Path) -> None:
+    """Extract a wheel with its files' permission bits (zipfile drops them: mpiexec
+    would not be executable)."""
+    with zipfile.ZipFile(wheel) as z:
+        for info in z.infolist():
+            path = Path(z.extract(info, dest))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                path.chmod(mode)
+
+
+def mpich_prefix(root: Path) -> Path:
+    """The unzipped mpich wheel's install prefix (…/mpich-X.data/data)."""
+    hits = sorted(root.glob("mpich-*.data/data"))
+    if not hits or not (hits[0] / "bin" / "mpiexec").exists():
+        raise SetupError(f"no mpich-*.data/data/bin/mpiexec under {root}")
+    return hits[0]
+
+
+def environment(base: dict, site: Path, mpich: Path, out: Path) -> dict:
+    """The variables every step runs with: carried packages first on PYTHONPATH, the
+    wheel's MPICH on PATH and LD_LIBRARY_PATH, and as mggrun's launcher."""
+    env = dict(base)
+
+    def front(var, value):
+        env[var] = value + (os.pathsep + env[var] if env.get(var) else "")
+
+    front("PYTHONPATH", f"{site}{os.pathsep}{ROOT}")
+    front("PATH", str(mpich / "bin"))
+    front("LD_LIBRARY_PATH", str(mpich / "lib"))
+    env.update(
+        MGG_MPIEXEC=str(mpich / "bin" / "mpiexec"),
+        NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="lo",
+        PYTHONUNBUFFERED="1",
+        MGG_PROGRESS="0",
+        MGG_GPU_OUT=str(out),
+    )
+    return env
+
+
+VERSIONS = r"""
+import json, importlib.metadata as md
+v = {}
+def dist(*names):
+    for n in names:
+        try:
+            return md.version(n)
+        except md.PackageNotFoundError:
+            pass
+    return None
+import cupy
+rt = cupy.cuda.runtime
+v["device"] = rt.getDeviceProperties(0)["name"].decode()
+v["driver"] = rt.driverGetVersion()
+v["cuda_runtime"] = rt.runtimeGetVersion()
+v["cupy"] = cupy.__version__
+v["cuda-core"] = dist("cuda-core", "cuda_core")
+v["cuda-bindings"] = dist("cuda-bindings", "cuda_bindings")
+v["nvidia-nvshmem"] = dist("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12")
+v["nvshmem4py"] = dist("nvshmem4py-cu13", "nvshmem4py-cu12")
+v["mpi4py"] = dist("mpi4py")
+v["numba"] = dist("numba")
+v["torch"] = dist("torch")
+import nvshmem.core  # needs cuda.core >= 0.5
+from mgg.comm.nvshmem import cuda_device
+v["cuda_device_class"] = cuda_device(0).__class__.__module__
+print(json.dumps(v))
+"""
+
+PREFLIGHT = (
+    "from mpi4py import MPI; c = MPI.COMM_WORLD; "
+    "assert c.Get_size() == 2, f'world of {c.Get_size()}, not 2'; "
+    "c.Get_rank() or print(MPI.Get_library_version().splitlines()[0])"
+)
+
+
+def setup(wheels: Path, out: Path, say) -> tuple[dict, dict]:
+    """Install and check everything (see the module docstring); (env, versions)."""
+    py = sys.executable
+    found = find_wheels(wheels)
+    if not (SITE / ".done").exists():
+        r = subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+            + ["--target", str(SITE), str(found["nvshmem4py"]), str(found["mpi4py"])],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if r.returncode:
+            raise SetupError(f"pip install of the carried wheels failed: {r.stderr[-1500:]}")
+        fallback = sorted((wheels / "fallback").glob("*.whl"))
+        (SITE / ".done").write_text("")
+    else:
+        fallback = []
+    if not (MPICH / ".done").exists():
+        unzip_keeping_modes(found["mpich"], MPICH)
+        (MPICH / ".done").write_text("")
+    env = environment(os.environ, SITE, mpich_prefix(MPICH), out)
+
+    def versions():
+        return subprocess.run(
+            [py, "-c", VERSIONS], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
+        )
+
+    r = versions()
+    if r.returncode and fallback:  # the image's cuda-core may predate what nvshmem4py needs
+        say(f"nvshmem4py does not import with the image's packages; adding {fallback}")
+        subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
+            + ["--target", str(SITE), "--upgrade", *map(str, fallback)],
+            check=True,
+            timeout=120,
+        )
+        r = versions()
+    if r.returncode:
+        raise SetupError(f"the GPU packages do not import: {r.stderr.strip()[-1500:]}")
+    ver = json.loads(r.stdout.strip().splitlines()[-1])
+    mpiexec = env["MGG_MPIEXEC"]
+    r = subprocess.run(
+        [mpiexec, "-n", "2", py, "-c", PREFLIGHT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    if r.returncode:
+        raise SetupError(
+            f"{mpiexec} -n 2 did not give a world of 2 (mpi4py bound to another MPI?): "
+            f"{(r.stdout + r.stderr).strip()[-1500:]}"
+        )
+    ver["mpi_library"] = r.stdout.strip().splitlines()[-1]
+    return env, ver
+
+
+# ---- running a stage -----------------------------------------------------------------------
+def _kill_group(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_step(step: Step, limit: float, env: dict, log) -> dict:
+    """Run one step with output teed to log and stdout; killed (whole process group) at
+    its limit."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        step.argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        text=True,
+        errors="replace",
+    )
+    lines: list[str] = []
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            log.write(line)
+            sys.stdout.write(line)
+        sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        rc = proc.wait(limit)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+        rc = proc.returncode
+    reader.join(10)
+    out = "".join(lines)
+    why, result = None, None
+    if step.expect is not None:
+        tail = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
+        try:
+            result = json.loads(tail[-1]) if tail else None
+        except ValueError:
+            result = None
+    if timed_out:
+        why = f"killed at its limit of {limit:.0f} s"
+    elif rc != 0:
+        why = f"exit status {rc}"
+    elif step.expect is not None:
+        why = step.expect(out)
+    return {
+        "step": step.name,
+        "command": shlex.join(step.argv),
+        "rc": rc,
+        "timed_out": timed_out,
+        "seconds": round(time.monotonic() - t0, 1),
+        "limit": round(limit),
+        "ok": why is None,
+        "why": why,
+        **({"result": result} if result is not None else {}),
+    }
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def run_stage(stage: Stage, out: Path, env: dict, summary: dict, budget=STAGE_BUDGET) -> dict:
+    """Run every step of a stage inside the budget (counted from summary['t0'], so that
+    setup counts too); stage.json is rewritten after each step."""
+    out.mkdir(parents=True, exist_ok=True)
+    summary.setdefault("steps", [])
+    t0 = summary.pop("t0", time.monotonic())
+    with open(out / "stage.log", "a", buffering=1) as log:
+        for step in stage.steps:
+            left = budget - (time.monotonic() - t0)
+            if left < MIN_STEP:
+                rec = {"step": step.name, "ok": False, "why": f"not started: {left:.0f} s left"}
+            else:
+                limit = min(step.timeout, left)
+                head = f"== {stage.name}/{step.name} (limit {limit:.0f} s): "
+                log.write(head + shlex.join(step.argv) + "\n")
+                print(head + shlex.join(step.argv), flush=True)
+                rec = run_step(step, limit, env, log)
+                log.write(f"== {step.name}: {'ok' if rec['ok'] else rec['why']}\n")
+            summary["steps"].append(rec)
+            summary["ok"] = all(s["ok"] for s in summary["steps"])
+            summary["seconds"] = round(time.monotonic() - t0, 1)
+            write_json(out / "stage.json", summary)
+    return summary
+
+
+def pack_if_needed(top: Path, stage_dir: Path, limit: int = MAX_FILES) -> Path | None:
+    """When top holds more than ``limit`` files, pack stage_dir into one tarball beside
+    it (a device command brings back at most ``limit``)."""
+    files = [p for p in top.rglob("*") if p.is_file()]
+    if len(files) <= limit:
+        return None
+    tar = top / f"{stage_dir.name}.tar.gz"
+    with tarfile.open(tar, "w:gz") as t:
+        t.add(stage_dir, arcname=stage_dir.name)
+    shutil.rmtree(stage_dir)
+    return tar
+
+
+def print_table(summary: dict) -> None:
+    print(f"\n{summary['stage']}: {'ok' if summary.get('ok') else 'FAILED'}")
+    for s in summary["steps"]:
+        print(
+            f"  {s['step']:<12} {'ok' if s['ok'] else 'FAIL'}  {s.get('seconds', '-')} s"
+            + ("" if s["ok"] else f"  {s['why']}")
+        )
+
+
+def cmd_run(args) -> int:
+    table = stages(args.quick)
+    unknown = [s for s in args.stages if s not in table]
+    if unknown:
+        raise SystemExit(f"unknown stage(s) {unknown}; stages: {', '.join(table)}")
+    top = Path(args.out)
+    code = 0
+    for name in args.stages:
+        t0 = time.monotonic()
+        out = top / name
+        out.mkdir(parents=True, exist_ok=True)
+        summary = {
+            "stage": name,
+            "about": table[name].about,
+            "commit": os.environ.get("MGG_COMMIT") or _git_commit() or "unknown",
+            "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "quick": args.quick,
+            "t0": t0,
+        }
+        if args.no_setup:
+            env = dict(os.environ, MGG_GPU_OUT=str(out), PYTHONUNBUFFERED="1", MGG_PROGRESS="0")
+        else:
+            try:
+                env, summary["versions"] = setup(Path(args.wheels), out, print)
+            except (SetupError, subprocess.SubprocessError, OSError) as e:
+                summary.update(ok=False, setup_error=str(e), steps=[])
+                summary.pop("t0")
+                write_json(out / "stage.json", summary)
+                print(f"stage {name}: setup failed: {e}", file=sys.stderr)
+                return 2
+            summary["device"] = summary["versions"].get("device")
+            print(json.dumps(summary["versions"]), flush=True)
+        summary = run_stage(table[name], out, env, summary)
+        print_table(summary)
+        pack_if_needed(top, out)
+        code = code or (0 if summary["ok"] else 1)
+    return code
+
+
+def _git_commit() -> str | None:
+    try:
+        r = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        return r.stdout.strip() or None
+    except OSError:
+        return None
+
+
+# ---- the developer's side ------------------------------------------------------------------
+def cmd_list(args) -> int:
+    for name, st in stages(args.quick).items():
+        total = sum(s.timeout for s in st.steps)
+        print(
+            f"{name:<12} {st.about}  [steps: {total:.0f} s of limits, stage {STAGE_BUDGET:.0f} s]"
+        )
+        for s in st.steps:
+            print(f"    {s.name:<12} {s.timeout:>4.0f} s  {shlex.join(s.argv[1:])}")
+    return 0
+
+
+def cmd_command(args) -> int:
+    commit = _git_commit() or "unknown"
+    for name in args.stages:
+        quick = " --quick" if args.quick else ""
+        print(
+            f'device run, carry [".whl"], timeout_s 580:\n'
+            f"  MGG_COMMIT={commit} python3 bench/gpu/stage.py {name} --out $OUT{quick}"
+        )
+    if not (ROOT / ".whl").is_dir():
+        print("first: bench/gpu/fetch_wheels.sh (puts the three wheels into .whl/)")
+    return 0
+
+
+def cmd_collect(args) -> int:
+    """Copy each returned stage folder (or tarball) into bench/results/gpu/STAGE/ and
+    regenerate the generated part of docs/gpu-notes.md."""
+    got = []
+    for src in map(Path, args.paths):
+        for item in [src] if src.is_file() else sorted(src.iterdir()):
+            if item.is_file() and item.name.endswith(".tar.gz"):
+                with tarfile.open(item) as t:
+                    dest = HOME
+                    dest.mkdir(parents=True, exist_ok=True)
+                    t.extractall(dest, filter="data")
+                    got += [dest / n for n in {m.name.split("/")[0] for m in t.getmembers()}]
+            elif item.is_dir() and (item / "stage.json").exists():
+                dest = HOME / item.name
+                dest.mkdir(parents=True, exist_ok=True)
+                for f in item.iterdir():
+                    if f.is_file():
+                        shutil.copyfile(f, dest / f.name)
+                got.append(dest)
+    if not got:
+        raise SystemExit(
+            f"no stage results (a folder with stage.json, or a tarball) in {args.paths}"
+        )
+    render_notes()
+    for d in got:
+        print(f"collected {d}")
+    print(f"updated {NOTES}")
+    return 0
+
+
+BEGIN = "<!-- BEGIN generated by bench/gpu/stage.py collect -->"
+END = "<!-- END generated -->"
+
+
+def render_notes(home: Path | None = None, notes: Path | None = None) -> str:
+    """The generated part of docs/gpu-notes.md: every collected stage run and every
+    probe step, from the files under home (default bench/results/gpu)."""
+    home, notes = home or HOME, notes or NOTES
+    lines = ["## Stage runs (generated)", ""]
+    runs = sorted(home.glob("*/stage.json"))
+    if not runs:
+        lines.append("None yet: no stage has run on a GPU.")
+    else:
+        lines += [
+            "| stage | result | device | commit | date | steps |",
+            "|---|---|---|---|---|---|",
+        ]
+        for path in runs:
+            s = json.loads(path.read_text())
+            steps = (
+                ", ".join(
+                    f"{st['step']} {'ok' if st['ok'] else 'FAIL (' + str(st.get('why')) + ')'}"
+                    for st in s.get("steps", [])
+                )
+                or f"setup failed: {s.get('setup_error')}"
+            )
+            lines.append(
+                f"| {s['stage']} | {'ok' if s.get('ok') else 'FAILED'} | {s.get('device', '?')} "
+                f"| `{s.get('commit')}` | {s.get('date')} | {steps} |"
+            )
+        vers = [json.loads(p.read_text()).get("versions") for p in runs]
+        vers = [v for v in vers if v]
+        if vers:
+            lines += [
+                "",
+                "Versions (last run): " + ", ".join(f"{k} {v}" for k, v in vers[-1].items()),
+            ]
+    probes = sorted(home.glob("probe/probe-np*.jsonl"))
+    if probes:
+        lines += [
+            "",
+            "## Probe (generated)",
+            "",
+            "| PEs | step | ranks ok | detail or error |",
+            "|---|---|---|---|",
+        ]
+        for path in probes:
+            recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+            np_ = recs[0]["np"] if recs else "?"
+            for name in dict.fromkeys(r["step"] for r in recs):
+                mine = [r for r in recs if r["step"] == name]
+                first = next((r for r in mine if not r["ok"]), mine[0])
+                text = json.dumps(first.get("detail")) if first["ok"] else first.get("error", "")
+                lines.append(
+                    f"| {np_} | {name} | {sum(r['ok'] for r in mine)}/{np_} | "
+                    f"{text.replace('|', '/')[:300]} |"
+                )
+    block = "\n".join([BEGIN, "", *lines, "", END])
+    text = notes.read_text() if notes.exists() else ""
+    if BEGIN in text and END in text:
+        text = text[: text.index(BEGIN)] + block + text[text.index(END) + len(END) :]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    notes.write_text(text)
+    return block
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="verb")
+    for verb in ("list", "command", "collect"):
+        s = sub.add_parser(verb)
+        if verb == "command":
+            s.add_argument("stages", nargs="+")
+        if verb == "collect":
+            s.add_argument("paths", nargs="+")
+        s.add_argument("--quick", action="store_true")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("list", "command", "collect"):
+        args = ap.parse_args(argv)
+        return {"list": cmd_list, "command": cmd_command, "collect": cmd_collect}[args.verb](args)
+    run = argparse.ArgumentParser(prog="stage.py", description=__doc__.splitlines()[0])
+    run.add_argument("stages", nargs="+", help=", ".join(stages()))
+    run.add_argument("--out", required=True, help="the output folder ($OUT on the GPU machine)")
+    run.add_argument("--wheels", default=str(ROOT / ".whl"))
+    run.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    run.add_argument("--no-setup", action="store_true", help="use this environment as it is")
+    return cmd_run(run.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
