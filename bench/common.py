@@ -165,6 +165,10 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def _cell(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "NO"
     if isinstance(v, float):
         return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, (int, np.integer)):

@@ -435,7 +435,9 @@ def test_memcheck_is_clean(tmp_path):
         text=True,
         timeout=80,
         cwd=ROOT,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        env=dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+        ),
     )
     assert r.returncode == 0 and "done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
     assert "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr

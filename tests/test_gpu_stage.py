@@ -294,3 +294,25 @@ def test_the_sampled_oracle_equals_the_whole_one_on_its_rows(rng):
     for op in ("sum", "mean", "gcn", "gin"):
         whole = reference.aggregate(g, x, op, eps=0.4)
         np.testing.assert_allclose(reference.aggregate(g, x, op, eps=0.4, rows=rows), whole[rows])
+
+
+def test_benchmark_rows_are_on_disk_as_soon_as_they_are_measured(tmp_path, monkeypatch):
+    import common_gpu
+
+    monkeypatch.setattr(common_gpu, "GPU_RESULTS", tmp_path)
+    monkeypatch.setattr(common_gpu, "device", lambda: {"device": "NVIDIA H100 80GB HBM3"})
+    drawn = []
+    res = common_gpu.Results(
+        "fake", {"np": 4}, ["graph", "ms", "uvm_advice_verified"], plot=lambda r, p: drawn.append(p)
+    )
+    res.add({"graph": "reddit", "ms": 1.5, "uvm_advice_verified": True})
+    first = json.loads((tmp_path / "fake.json").read_text())
+    assert first["partial"] is True and first["table"][0]["graph"] == "reddit"
+    assert first["meta"]["device"] == "NVIDIA H100 80GB HBM3" and first["meta"]["command"]
+    assert "| reddit | 1.5 | yes |" in (tmp_path / "fake.md").read_text()
+    res.add({"graph": "orkut", "ms": 2.0, "uvm_advice_verified": False})
+    assert res.finish(mean=1.75) == 3  # a UVM row whose placement did not take effect
+    final = json.loads((tmp_path / "fake.json").read_text())
+    assert final["partial"] is False and final["mean"] == 1.75 and len(final["table"]) == 2
+    assert drawn == [tmp_path / "fake.png"]
+    assert not list(tmp_path.glob("*.tmp"))
