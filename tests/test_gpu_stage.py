@@ -54,7 +54,9 @@ def test_a_stage_runs_its_steps_within_their_limits_and_records_each(tmp_path):
             """),
             3,
         ),
-        stage.Step("wrong-json", py("print('{\"np\": 1}')"), 30, lambda o: "np is 1, not 2"),
+        stage.Step(
+            "wrong-json", py("print('{\"np\": 1}')"), 30, lambda res: f"np is {res['np']}, not 2"
+        ),
         stage.Step("last", py("print('last')"), 30),
     ]
     t0 = time.monotonic()
@@ -114,13 +116,12 @@ def test_every_stage_is_planned_to_end_inside_its_budget():
 def test_check_steps_reject_a_job_of_singletons_or_the_wrong_remote_path():
     expect = stage._check_json(4, "get")
     run = {"design": "pipelined", "op": "sum", "ok": True, "remote_path": {"mode": "get"}}
-    good = json.dumps({"np": 4, "runs": [run]})
-    assert expect(good) is None
-    assert "1 ranks, not 4" in expect(json.dumps({"np": 1, "runs": [run]}))
+    assert expect({"np": 4, "runs": [run]}) is None
+    assert "1 ranks, not 4" in expect({"np": 1, "runs": [run]})
     p2p = {**run, "remote_path": {"mode": "p2p"}}
-    assert "not get" in expect(json.dumps({"np": 4, "runs": [p2p]}))
-    assert "differs" in expect(json.dumps({"np": 4, "runs": [{**run, "ok": False}]}))
-    assert expect("no json here") == "no JSON result printed"
+    assert "not get" in expect({"np": 4, "runs": [p2p]})
+    assert "differs" in expect({"np": 4, "runs": [{**run, "ok": False}]})
+    assert expect(None) == "no JSON result printed"
 
 
 def test_results_beyond_what_a_command_returns_are_packed(tmp_path):

@@ -59,9 +59,6 @@ def fit_peers(need: dict, budget: int) -> tuple[list[str], dict]:
 
 
 def main():
-    import cupy
-    import torch
-
     from mgg.graph.generators import rmat_n
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -107,13 +104,16 @@ def main():
         for d in dims:  # narrow first: its rows land early
             for op in ("sum", "gcn"):
                 gg = g.gcn_norm() if op == "gcn" else g
-                row = measure(gg, op, d, args.repeat, copy_bw, dev, cupy, torch)
+                row = measure(gg, op, d, args.repeat, copy_bw, dev)
                 res.add(row)
         return res.finish()
 
 
-def measure(gg, op, d, repeat, copy_bw, dev, cupy, torch) -> dict:
+def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     """One (op, D) row: the sweep, cuSPARSE and PyG where they fit, round-robin."""
+    import cupy
+    import torch
+
     from mgg.graph.generators import random_features
     from mgg.kernels.cuda.virtual import VirtualDesign
     from mgg.partition import build_plan

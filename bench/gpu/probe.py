@@ -4,7 +4,8 @@
 
 Each step is tried on its own and recorded (ok / error with its message):
   0. the job has the size mggrun asked for (else every rank is a singleton);
-  1. nvshmem4py init under mpiexec;  2. symmetric arrays;  3. get_peer_array between
+  1. NVSHMEM init under mpiexec (through mgg.comm.nvshmem.NVSHMEMComm, as mgg runs it);
+  2. symmetric arrays;  3. get_peer_array between
   PEs on the same GPU;  4. a RawModule kernel reading a peer through a pointer table;
   5. a kernel built with backend='nvcc', -dc and libnvshmem_device calling
   nvshmemx_float_get_nbi_warp after cumodule_init (its status checked);  6. mgg's own
@@ -93,64 +94,44 @@ def main():
     state: dict = {}
 
     def job_size():
+        from mgg.comm.mpi import check_world_size
+
         asked = os.environ.get("MGG_NP")
-        lib = MPI.Get_library_version().splitlines()[0].strip()
         if asked is None:
             raise RuntimeError("not started by mggrun (MGG_NP unset): the size is unchecked")
-        if int(asked) != size:
-            raise RuntimeError(f"mggrun asked for {asked} ranks, MPI reports {size} ({lib})")
+        check_world_size(size, asked, MPI)
+        lib = MPI.Get_library_version().splitlines()[0].strip()
         return {"np": size, "mpi_library": lib, "mpi4py": __import__("mpi4py").__version__}
 
-    def init():
-        import cupy
-        import nvshmem.core as nvshmem
+    def init():  # mgg's own comm: cuda.core Device, UID over mpi4py, heap bookkeeping
+        from mgg.comm.nvshmem import NVSHMEMComm
 
-        from mgg.comm.nvshmem import cuda_device
-
-        dev_id = int(os.environ.get("MGG_DEVICE", 0))
-        cupy.cuda.Device(dev_id).use()
-        dev = cuda_device(dev_id)
-        dev.set_current()
-        os.environ.setdefault("NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME", "lo")
-        if args.init == "uid":
-            uid = nvshmem.get_unique_id(empty=rank != 0)
-            comm.Bcast(uid._data.view(np.int8), root=0)
-            nvshmem.init(device=dev, uid=uid, rank=rank, nranks=size, initializer_method="uid")
-        else:
-            nvshmem.init(device=dev, mpi_comm=comm, initializer_method=args.init)
-        state.update(nvshmem=nvshmem, cupy=cupy, dev=dev_id)
+        c = NVSHMEMComm(init_method=args.init)
+        state.update(comm=c, cupy=c.cupy, nvshmem=c.nvshmem, dev=c.device_id)
         return {
-            "my_pe": int(nvshmem.my_pe()),
-            "n_pes": int(nvshmem.n_pes()),
-            "device": cupy.cuda.runtime.getDeviceProperties(dev_id)["name"].decode(),
+            "my_pe": int(c.nvshmem.my_pe()),
+            "n_pes": int(c.nvshmem.n_pes()),
+            "device": c.cupy.cuda.runtime.getDeviceProperties(c.device_id)["name"].decode(),
             "init_method": args.init,
-            "device_class": f"{type(dev).__module__}.{type(dev).__name__}",
         }
 
     def symmetric():
-        cupy, nvshmem = state["cupy"], state["nvshmem"]
-        x = nvshmem.array((1024,), dtype="float32")
-        x[:] = float(rank + 1)
-        cupy.cuda.Device().synchronize()
-        comm.Barrier()
-        state["x"] = x
-        return {"type": type(x).__module__ + "." + type(x).__name__, "ptr": int(x.data.ptr)}
+        c = state["comm"]
+        sym = c.symmetric(1024, 1)
+        sym.array[:] = float(rank + 1)
+        c.barrier()  # device sync, then MPI
+        state["sym"], state["x"] = sym, sym.array
+        return {"type": type(sym.array).__module__ + "." + type(sym.array).__name__}
 
     def peer_array():
-        from mgg.comm.nvshmem import peer_addresses
-
-        cupy, nvshmem = state["cupy"], state["nvshmem"]
-        x = state["x"]
-        ptrs, unreachable = peer_addresses(
-            lambda pe: nvshmem.get_peer_array(x, pe), x.data.ptr, rank, size
-        )
-        state["peers"] = cupy.asarray(np.array(ptrs, np.uint64))
-        if unreachable:
-            raise RuntimeError(f"nvshmem_ptr cannot map peers {unreachable}")
+        c, cupy = state["comm"], state["cupy"]
+        state["peers"] = c.peer_pointers(state["sym"])
+        if c.unreachable:
+            raise RuntimeError(f"nvshmem_ptr cannot map peers {c.unreachable}")
         if size == 1:
             return {"peers": "none (one PE)"}
         pe = (rank + 1) % size
-        val = float(cupy.asnumpy(nvshmem.get_peer_array(x, pe)[:4]).mean())
+        val = float(cupy.asnumpy(state["nvshmem"].get_peer_array(state["x"], pe)[:4]).mean())
         if val != pe + 1:
             raise RuntimeError(f"read {val} from pe {pe}, expected {pe + 1}")
         return {"read_from_pe": pe, "value": val}
@@ -203,9 +184,9 @@ def main():
 
     if not rec.step("0. the job has the size mggrun asked for", job_size):
         return 1
-    ok = rec.step("1. nvshmem4py init under mpiexec, PEs sharing one GPU", init)
+    ok = rec.step("1. NVSHMEM init (NVSHMEMComm) under mpiexec, PEs sharing one GPU", init)
     if ok:
-        ok = rec.step("2. symmetric arrays (nvshmem.core.array)", symmetric)
+        ok = rec.step("2. symmetric arrays (NVSHMEMComm.symmetric)", symmetric)
     if ok:
         if rec.step("3. get_peer_array between PEs on the same GPU", peer_array):
             rec.step(
@@ -217,22 +198,11 @@ def main():
         )
         rec.step("6. mgg's get-mode kernel compiles, links and registers", mgg_get_kernel)
     comm.Barrier()
-    if "nvshmem" in state:
-
-        def cleanup():
-            from mgg.comm.nvshmem import release_modules
-
-            state["cupy"].cuda.Device().synchronize()
-            comm.Barrier()
-            if "x" in state:
-                state["nvshmem"].free_array(state.pop("x"))
-            failed = release_modules()
-            state["nvshmem"].finalize()
-            if failed:
-                raise RuntimeError("; ".join(failed))
-            return "freed, modules released, finalized"
-
-        rec.step("7. cleanup: free_array, cumodule_finalize, finalize", cleanup)
+    if "comm" in state:
+        rec.step(
+            "7. cleanup: free, cumodule_finalize, finalize (mgg.comm's own)",
+            lambda: state["comm"].finalize() or "freed, modules released, finalized",
+        )
     return 0 if all(r["ok"] for r in rec.results) else 1
 
 

@@ -39,6 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import write_atomic  # noqa: E402
+
 STAGE_BUDGET = 450.0  # seconds a stage may take, setup included (a command has 600)
 MIN_STEP = 15.0  # a step with less time left than this is skipped, not started
 MAX_FILES = 8  # what a device command brings back
@@ -52,8 +56,8 @@ HOME = ROOT / "bench" / "results" / "gpu"
 
 @dataclass
 class Step:
-    """One command of a stage. ``expect(stdout)`` returns why a run that exited 0 still
-    failed (a JSON result that says so), or None."""
+    """One command of a stage. ``expect(result)`` gets the last JSON line the command
+    printed (None if none) and returns why a run that exited 0 still failed, or None."""
 
     name: str
     argv: list[str]
@@ -69,12 +73,23 @@ class Stage:
 
 
 # ---- the stages --------------------------------------------------------------------------
+BENCHES = {  # stage: (script, what it measures, stand-in scale)
+    "table1": ("table1_direct_vs_uvm", "direct NVSHMEM vs UVM", "0.1"),
+    "fig8": ("fig8_mgg_vs_uvm", "MGG vs UVM, GCN and GIN, P = 2, 4, 8", "0.1"),
+    "table4": ("table4_mgg_vs_dgcl", "MGG vs DGCL-style, with preprocessing", "0.1"),
+    "fig9": ("fig9_ablation", "neighbor partitioning and interleaving ablations", "0.1"),
+    "fig10": ("fig10_tuner", "the tuner on the Reddit stand-in vs the exhaustive grid", "0.25"),
+    "e2e": ("e2e_vs_pyg", "GCN and GIN training steps vs PyG on one GPU", "0.05"),
+}
+
+
 def _check_json(np_: int, mode: str):
-    def expect(stdout: str) -> str | None:
-        lines = [ln for ln in stdout.strip().splitlines() if ln.startswith("{")]
-        if not lines:
+    """What a `mgg check --json` step must print: P ranks, every op equal to scipy, and
+    the remote path asked for."""
+
+    def expect(res: dict | None) -> str | None:
+        if res is None:
             return "no JSON result printed"
-        res = json.loads(lines[-1])
         if res.get("np") != np_:
             return f"the job ran with {res.get('np')} ranks, not {np_}"
         bad = [f"{r['design']}/{r['op']}" for r in res["runs"] if not r["ok"]]
@@ -97,7 +112,6 @@ def stages(quick: bool = False) -> dict[str, Stage]:
     def script(name, *args, timeout=420):
         return Step(name, [*bench, f"bench/gpu/{name}.py", *args], timeout)
 
-    small = ["--scale", "0.02"] if quick else []
     out = {
         "probe": Stage(
             "probe",
@@ -155,37 +169,9 @@ def stages(quick: bool = False) -> dict[str, Stage]:
             "one PE vs cuSPARSE and PyG, Reddit-size R-MAT, D = 16 and 128",
             [script("aggregation", *(["--edges", "20000000"] if quick else []))],
         ),
-        "table1": Stage(
-            "table1",
-            "direct NVSHMEM vs UVM",
-            [script("table1_direct_vs_uvm", *(small or ["--scale", "0.1"]))],
-        ),
-        "fig8": Stage(
-            "fig8",
-            "MGG vs UVM, GCN and GIN, P = 2, 4, 8",
-            [script("fig8_mgg_vs_uvm", *(small or ["--scale", "0.1"]))],
-        ),
-        "table4": Stage(
-            "table4",
-            "MGG vs DGCL-style, with preprocessing",
-            [script("table4_mgg_vs_dgcl", *(small or ["--scale", "0.1"]))],
-        ),
-        "fig9": Stage(
-            "fig9",
-            "neighbor partitioning and interleaving ablations",
-            [script("fig9_ablation", *(small or ["--scale", "0.1"]))],
-        ),
-        "fig10": Stage(
-            "fig10",
-            "the tuner on the Reddit stand-in vs the exhaustive grid",
-            [script("fig10_tuner", *(["--scale", "0.05"] if quick else ["--scale", "0.25"]))],
-        ),
-        "e2e": Stage(
-            "e2e",
-            "GCN and GIN training steps vs PyG on one GPU",
-            [script("e2e_vs_pyg", *(small or ["--scale", "0.05"]))],
-        ),
     }
+    for name, (file, about, scale) in BENCHES.items():
+        out[name] = Stage(name, about, [script(file, "--scale", "0.02" if quick else scale)])
     return out
 
 
@@ -306,10 +292,8 @@ def setup(wheels: Path, out: Path, say) -> tuple[dict, dict]:
         )
         if r.returncode:
             raise SetupError(f"pip install of the carried wheels failed: {r.stderr[-1500:]}")
-        fallback = sorted((wheels / "fallback").glob("*.whl"))
         (SITE / ".done").write_text("")
-    else:
-        fallback = []
+    fallback = sorted((wheels / "fallback").glob("*.whl"))
     if not (MPICH / ".done").exists():
         unzip_keeping_modes(found["mpich"], MPICH)
         (MPICH / ".done").write_text("")
@@ -397,20 +381,20 @@ def run_step(step: Step, limit: float, env: dict, log) -> dict:
         _kill_group(proc)
         rc = proc.returncode
     reader.join(10)
-    out = "".join(lines)
-    why, result = None, None
+    result = None
     if step.expect is not None:
-        tail = [ln for ln in out.strip().splitlines() if ln.startswith("{")]
+        tail = [ln for ln in "".join(lines).splitlines() if ln.startswith("{")]
         try:
             result = json.loads(tail[-1]) if tail else None
         except ValueError:
             result = None
+    why = None
     if timed_out:
         why = f"killed at its limit of {limit:.0f} s"
     elif rc != 0:
         why = f"exit status {rc}"
     elif step.expect is not None:
-        why = step.expect(out)
+        why = step.expect(result)
     return {
         "step": step.name,
         "command": shlex.join(step.argv),
@@ -425,9 +409,7 @@ def run_step(step: Step, limit: float, env: dict, log) -> dict:
 
 
 def write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=str) + "\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
 
 
 def run_stage(stage: Stage, out: Path, env: dict, summary: dict, budget=STAGE_BUDGET) -> dict:
