@@ -15,10 +15,6 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[dev]'
 	@touch $@
 
-$(VENV)/.bench: pyproject.toml $(VENV)/.core
-	$(BIN)/pip install -q -e '.[dev,bench]'
-	@touch $@
-
 venv: $(VENV)/.core
 
 demo: $(VENV)/.core
@@ -30,7 +26,7 @@ test: $(VENV)/.core
 test-fast: $(VENV)/.core
 	$(BIN)/python -m pytest -q -m "not slow"
 
-bench: $(VENV)/.bench
+bench: $(VENV)/.core
 	$(BIN)/python bench/run_all.py
 
 lint: $(VENV)/.core

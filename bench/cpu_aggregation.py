@@ -17,8 +17,9 @@ import warnings
 import numba
 import numpy as np
 
-from mgg.graph.generators import random_features, rmat
-from mgg.graph.io import read_npz
+from mgg.graph.dataset import random_features
+from mgg.graph.formats import read_npz
+from mgg.graph.generators import rmat
 from mgg.kernels import aggregate
 from mgg.partition import build_plan
 

@@ -1,6 +1,6 @@
 """Distributed aggregation designs on MPI: pipelined (MGG) vs bulk halo vs direct per-edge.
 
-    python bench/distributed_designs.py [--np 2,4] [--dims 16,128] [--real]
+    python bench/distributed_designs.py [--np 2,4] [--dims 16,128] [--real | --graphs A,B]
 
 Each configuration is one `mggrun -np P mgg check GRAPH --json` job, which verifies every
 design against scipy and times them round-robin (median of the slowest rank), so the
@@ -79,9 +79,16 @@ def main():
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--rmat-scale", type=int, default=18)
     ap.add_argument("--real", action="store_true", help="also the graphs of ../shared/data")
+    ap.add_argument(
+        "--graphs", help="only these graphs of ../shared/data (results: distributed_designs-A-B)"
+    )
     args = ap.parse_args()
     graphs = [(f"rmat-s{args.rmat_scale}", f"rmat:scale={args.rmat_scale},ef=16")]
-    if args.real:
+    stem = "distributed_designs"
+    if args.graphs:
+        graphs = [(p.stem, str(p)) for p in real_graphs(tuple(args.graphs.split(",")))]
+        stem += "-" + "-".join(name for name, _ in graphs)
+    elif args.real:
         graphs += [
             (p.stem, str(p)) for p in real_graphs(("amazon_computers", "ego_twitter", "cnr_2000"))
         ]
@@ -99,9 +106,9 @@ def main():
                         f"{'' if row['all_ok'] else '  MISMATCH'}",
                         flush=True,
                     )
-    plot(rows, RESULTS / "distributed_designs.png")
+    plot(rows, RESULTS / f"{stem}.png")
     write_results(
-        "distributed_designs",
+        stem,
         {},
         rows,
         [

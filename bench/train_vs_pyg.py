@@ -1,6 +1,6 @@
 """Full-graph training epoch: mgg vs PyG on the CPU, and mgg at P = 1 vs P = 2.
 
-    python bench/train_vs_pyg.py [--models gcn,gin] [--real] [--epochs 20]
+    python bench/train_vs_pyg.py [--models gcn,gin] [--real | --graphs A,B] [--epochs 20]
 
 Same graph, same features and labels, same model (GCN 2x16 / GIN 5x64, dropout 0.5,
 Adam), same thread count. mgg's and PyG's training steps are timed round-robin in one
@@ -20,9 +20,9 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from mgg.graph import Dataset
-from mgg.graph.generators import make_split, random_features, resolve
-from mgg.graph.io import read_npz, write_npz
+from mgg.graph.dataset import Dataset, make_split, random_features
+from mgg.graph.formats import read_npz, write_npz
+from mgg.graph.specs import resolve
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 
 from common import RESULTS, compare, mgg_json, real_graphs, write_results
@@ -189,18 +189,27 @@ def main():
         "--scale", type=float, default=0.13, help="products stand-in scale (0.13: about 8M edges)"
     )
     ap.add_argument("--real", action="store_true", help="also the graphs of ../shared/data")
+    ap.add_argument(
+        "--graphs", help="only these graphs of ../shared/data (results: train_vs_pyg-A-B)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(numba.get_num_threads())
-    datasets = [complete(resolve(f"products:scale={args.scale}"))]
-    if args.real:
+    stem = "train_vs_pyg"
+    if args.graphs:
+        paths = real_graphs(tuple(args.graphs.split(",")))
+        datasets = [complete(read_npz(p)) for p in paths]
+        stem += "-" + "-".join(p.stem for p in paths)
+    else:
+        datasets = [complete(resolve(f"products:scale={args.scale}"))]
+    if args.real and not args.graphs:
         datasets += [complete(read_npz(p)) for p in real_graphs()]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ds in datasets:
             measure(ds, args.models.split(","), args.epochs, Path(tmp), rows)
-    plot(rows, RESULTS / "train_vs_pyg.png")
+    plot(rows, RESULTS / f"{stem}.png")
     write_results(
-        "train_vs_pyg",
+        stem,
         {"threads": numba.get_num_threads()},
         rows,
         [

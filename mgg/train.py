@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .graph.dataset import Dataset
-from .graph.generators import make_split, random_features
-from .nn import MODELS, OPTIMIZERS, DistGraph, GCNConv, GINConv, softmax_cross_entropy
-from .nn.backend import assign, on_gpu, to_device, to_host
+from .backend import Backend, assign, backend_of, to_host
+from .distgraph import DistGraph
+from .graph.dataset import Dataset, make_split, random_features
+from .nn import MODELS, OPTIMIZERS, GCNConv, GINConv, softmax_cross_entropy
 from .nn.loss import accuracy
 from .progress import progress
 
@@ -48,7 +48,7 @@ def prepare(
     seed: int = 0,
     row_normalize: bool = False,
     design: str = "pipelined",
-    backend: str = "cpu",
+    backend: str | Backend = "cpu",
     **knobs,
 ) -> tuple[DistGraph, LocalData]:
     """Partition ``dataset`` for the job of ``comm`` and slice this rank's node data.
@@ -102,11 +102,11 @@ def prepare(
         num_classes=c,
         notes=notes.strip("; "),
     )
-    if backend == "cuda":
-        data.x, data.y = to_device(data.x), to_device(data.y)
-        data.train_mask, data.val_mask, data.test_mask = (
-            to_device(m) for m in (data.train_mask, data.val_mask, data.test_mask)
-        )
+    up = dg.backend.to_device
+    data.x, data.y = up(data.x), up(data.y)
+    data.train_mask, data.val_mask, data.test_mask = (
+        up(m) for m in (data.train_mask, data.val_mask, data.test_mask)
+    )
     return dg, data
 
 
@@ -189,8 +189,7 @@ class Trainer:
         params = self.model.parameters()
         flat = to_host(np.concatenate([p.grad.ravel() for p in params]))
         flat = self.comm.allreduce(flat)  # on the host: the MPI wheel is not CUDA-aware
-        if on_gpu(params[0].grad):
-            flat = to_device(flat)
+        flat = backend_of(params[0].grad).to_device(flat)
         i = 0
         for p in params:
             p.grad[...] = flat[i : i + p.grad.size].reshape(p.grad.shape)
@@ -222,6 +221,22 @@ class Trainer:
                 f"{k}_acc": accuracy(logits, d.y, getattr(d, f"{k}_mask"), self.comm)
                 for k in ("train", "val", "test")
             },
+        }
+
+    def summary(self) -> dict:
+        """The final evaluation, losses, median epoch time, communication volume and the
+        configuration of the run so far (collective)."""
+        final = self.evaluate()
+        times = [h["seconds"] for h in self.history]
+        return {
+            "losses": [h["loss"] for h in self.history],
+            **{k: final[k] for k in ("train_acc", "val_acc", "test_acc")},
+            "epoch_time_s": float(np.median(times)) if times else None,
+            "bytes_per_epoch": self.bytes_per_epoch(),
+            "history": self.history,
+            "config": getattr(self.model, "config", {}),
+            "graph_config": self.g.config,
+            "tuning": self.tuning,
         }
 
     # ---- the loop --------------------------------------------------------------------
@@ -259,20 +274,19 @@ class Trainer:
 
     # ---- tuning ----------------------------------------------------------------------
     def _search(self, epochs: int) -> None:
-        """MGG's cross-iteration search, each measurement a real training step."""
-        import numba
+        """MGG's cross-iteration search, each measurement a real training step (the
+        slowest rank's time, as every measurement in mgg.designs.check)."""
+        from .designs.check import slowest
+        from .tuner import default_space, search
 
-        from .tuner import cpu_device, default_space, search
-
-        space = self.tune_space or default_space(cpu_device(numba.config.NUMBA_NUM_THREADS))
+        space = self.tune_space or default_space(self.g.backend.device())
 
         def measure(cfg):
             self.g.configure(**cfg)
             setup = self.g.stats["setup_seconds"]
             loss, secs = self.train_step()
-            secs -= self.g.stats["setup_seconds"] - setup  # aggregator allocation
-            if self.comm is not None:  # every rank must take the same decisions
-                secs = float(self.comm.allreduce(np.array([secs]), "max")[0])
+            secs -= self.g.stats["setup_seconds"] - setup  # design allocation
+            secs = float(slowest(self.comm, [secs])[0])
             self.history.append(
                 {"epoch": self.epoch, "loss": loss, "seconds": secs, "config": dict(cfg)}
             )

@@ -34,6 +34,17 @@ def have_gpu() -> bool:
 gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
 
 
+def virtual(design, plans, x, op, eps=0.0, **knobs):
+    """The whole [N, D] output of a design over P virtual PEs on this GPU (numpy)."""
+    import cupy
+
+    from mgg.designs import get_design
+
+    d = get_design("virtual", design)(plans, None, x.shape[1], **knobs)
+    d.x[...] = cupy.asarray(x)
+    return cupy.asnumpy(d(op, eps))
+
+
 # ---- compiles in CI --------------------------------------------------------------------
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
@@ -358,7 +369,7 @@ class FakeRuntime:
 
 
 def test_uvm_placement_advises_own_rows_to_the_gpu_and_verifies_it():
-    from mgg.baselines.cuda import place_rows
+    from mgg.designs.virtual import place_rows
 
     bounds = np.array([0, 1000, 2500, 4000])  # 3 PEs; row = 64 floats = 256 B
     base, row = 1 << 21, 256
@@ -386,8 +397,6 @@ def test_uvm_placement_advises_own_rows_to_the_gpu_and_verifies_it():
 @pytest.mark.parametrize("nprocs", [1, 2, 4])
 @pytest.mark.parametrize("op", ["sum", "mean", "gcn", "gin"])
 def test_kernel_equals_scipy(rng, nprocs, op):
-    from mgg.kernels.cuda import aggregate_virtual
-
     for kind in range(4):  # plain, hub source, hub destination, empty ranks
         n = 9 if kind == 3 else 3000
         g = random_graph(rng, n, 30 * n, hub_src=kind == 1, hub_dst=kind == 2)
@@ -397,7 +406,7 @@ def test_kernel_equals_scipy(rng, nprocs, op):
             x = rng.standard_normal((n, dim)).astype(np.float32)
             for ps, dist, wpb in ((16, 4, 4), (1, 1, 1), (32, 16, 8), (5, 3, 2)):
                 plans = build_plan(g, nprocs if kind != 3 else 12, ps)
-                out = aggregate_virtual(plans, x, op, eps=0.25, dist=dist, wpb=wpb)
+                out = virtual("pipelined", plans, x, op, eps=0.25, dist=dist, wpb=wpb)
                 assert_agg_close(out, reference.aggregate(g, x, op, eps=0.25), g, x)
 
 
@@ -408,14 +417,17 @@ def test_memcheck_is_clean(tmp_path):
     script = tmp_path / "small.py"
     script.write_text(
         textwrap.dedent("""
-        import numpy as np
+        import cupy, numpy as np
+        from mgg.designs import get_design
         from mgg.graph.generators import rmat
-        from mgg.kernels.cuda import aggregate_virtual
         from mgg.partition import build_plan
         g = rmat(8, 8).gcn_norm()
         x = np.random.default_rng(0).standard_normal((g.num_nodes, 20)).astype(np.float32)
+        d = get_design("virtual", "pipelined")(build_plan(g, 3, 7), None, 20, dist=3, wpb=2)
+        d.x[...] = cupy.asarray(x)
         for op in ("sum", "gcn", "gin", "mean"):
-            aggregate_virtual(build_plan(g, 3, 7), x, op, dist=3, wpb=2)
+            d(op)
+        cupy.cuda.Device().synchronize()
         print("done")
     """)
     )
@@ -462,11 +474,11 @@ def test_gpu_dropout_draws_the_cpu_masks_and_loss_matches(rng):
     np.testing.assert_array_equal(cpu != 0, gpu_out != 0)
     np.testing.assert_allclose(cpu, gpu_out, rtol=1e-6)
     xs = sp.random(500, 37, density=0.3, format="csr", random_state=0, dtype=np.float32)
-    from mgg.nn.backend import to_device
+    from mgg.backend import get_backend
 
     np.testing.assert_allclose(
         drop.forward(xs, Rows()).toarray(),
-        drop.forward(to_device(xs), Rows()).get().toarray(),
+        drop.forward(get_backend("cuda").to_device(xs), Rows()).get().toarray(),
         rtol=1e-6,
     )
     logits = rng.standard_normal((400, 9)).astype(np.float32)
@@ -505,7 +517,8 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
     """Real PEs (one process each) through the given remote path; every rank's output is
     gathered to a file and compared here with scipy."""
     pytest.importorskip("nvshmem.core")
-    from mgg.graph.generators import random_features, rmat
+    from mgg.graph.dataset import random_features
+    from mgg.graph.generators import rmat
 
     from conftest import mpirun
 
@@ -514,8 +527,9 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
         textwrap.dedent(f"""
         import numpy as np, cupy
         from mgg.comm import finalize, get_comm
-        from mgg.graph.generators import random_features, rmat
-        from mgg.kernels.cuda.design import CudaPipelined
+        from mgg.designs.cuda import CudaPipelined
+        from mgg.graph.dataset import random_features
+        from mgg.graph.generators import rmat
         from mgg.partition import build_plan
         comm = get_comm("nvshmem")
         g = rmat(11, 8, seed=1).gcn_norm()
@@ -526,7 +540,7 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
             d.x[:] = cupy.asarray(random_features(5, plan.lb, plan.ub, 24))
             got = cupy.asnumpy(d(op, eps=0.3))
             assert d.remote_path["mode"] == "{mode}", d.remote_path
-            rows = comm.comm.gather(got, root=0)
+            rows = comm.gather(got, root=0)
             if comm.rank == 0:
                 outs[op] = np.concatenate(rows)
             d.free()
@@ -582,14 +596,12 @@ def test_mgg_check_with_nvshmem_reports_the_size_and_the_remote_path():
 @pytest.mark.parametrize("design", ["pipelined", "direct", "dgcl", "uvm", "no_interleave"])
 @pytest.mark.parametrize("op", ["sum", "gcn", "gin", "mean"])
 def test_gpu_designs_equal_scipy(rng, design, op):
-    from mgg.baselines.cuda import aggregate_virtual_design
-
     g = random_graph(rng, 2000, 40_000, hub_dst=True)
     if op == "gcn":
         g = g.gcn_norm()
     x = rng.standard_normal((2000, 24)).astype(np.float32)
     for nprocs in (1, 3, 8):
-        out = aggregate_virtual_design(design, build_plan(g, nprocs, 16), x, op, eps=0.5)
+        out = virtual(design, build_plan(g, nprocs, 16), x, op, eps=0.5)
         assert_agg_close(out, reference.aggregate(g, x, op, eps=0.5), g, x)
 
 
@@ -613,7 +625,7 @@ def test_cuda_backend_of_the_aggregate_entry_point(rng, op):
 
 def test_the_remote_mode_is_checked_before_any_gpu_work(rng, capsys):
     from mgg.cli import main
-    from mgg.kernels.cuda.design import CudaPipelined
+    from mgg.designs.cuda import CudaPipelined
 
     plan = build_plan(random_graph(rng, 50, 200), 1, 4)[0]
     with pytest.raises(ValueError, match="reads through NVSHMEM"):

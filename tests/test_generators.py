@@ -1,5 +1,3 @@
-import sys
-import types
 import warnings
 
 import numba
@@ -7,18 +5,19 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mgg.graph import Dataset, Graph
+from mgg.graph import Dataset, Graph, GraphError
 from mgg.graph import generators as gen
+from mgg.graph.dataset import make_split
+from mgg.graph.formats import write_edgelist, write_mgg_bin, write_npz
 from mgg.graph.generators import (
     STANDINS,
-    make_split,
     planted_partition,
-    resolve,
     rmat,
     rmat_n,
     standin,
     standin_edge_cap,
 )
+from mgg.graph.specs import resolve
 
 
 def assert_simple(g: Graph, symmetric: bool):
@@ -289,16 +288,29 @@ def test_resolve_rmat_and_planted():
 
 
 def test_resolve_file(tmp_path, monkeypatch):
-    calls = []
-    fake = types.ModuleType("mgg.graph.io")
-    fake.read_dataset = lambda path: calls.append(path) or Dataset("f", rmat(3))
-    monkeypatch.setitem(sys.modules, "mgg.graph.io", fake)
-    f = tmp_path / "g.txt"
-    f.write_text("0 1\n")
-    assert resolve(str(f)).name == "f" and calls == [str(f)]
-    (tmp_path / "x_beg_pos.bin").write_bytes(b"")
-    resolve(str(tmp_path / "x"))
-    assert calls[-1] == str(tmp_path / "x")
+    g = rmat(6, 4, seed=1)
+    write_edgelist(g, tmp_path / "g.txt")
+    ds = resolve(str(tmp_path / "g.txt"))
+    assert ds.name == "g" and same_graph(ds.graph, g)
+    write_mgg_bin(g, tmp_path / "x")  # a prefix of x_beg_pos.bin + x_csr.bin
+    ds = resolve(str(tmp_path / "x"))
+    assert ds.name == "x" and same_graph(ds.graph, g)
+    p = planted_partition(300, 3, num_features=4, seed=2)
+    write_npz(p, tmp_path / "p.npz")
+    ds = resolve(str(tmp_path / "p.npz"))
+    assert same_graph(ds.graph, p.graph) and np.array_equal(ds.x, p.x)
+    assert np.array_equal(ds.y, p.y) and np.array_equal(ds.test_mask, p.test_mask)
+    (tmp_path / "bad.txt").write_text("0 1\n1 x\n")
+    with pytest.raises(GraphError, match=r"bad\.txt: line 2"):
+        resolve(str(tmp_path / "bad.txt"))
+
+
+@pytest.mark.parametrize("spec", ["products:scale=0.0005", "rmat:scale=4"])
+def test_resolve_file_wins_over_name(tmp_path, monkeypatch, spec):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / spec).write_text("0 1\n1 2\n")
+    ds = resolve(spec)
+    assert ds.graph.num_nodes == 3 and ds.graph.num_edges == 2 and ds.meta == {}
 
 
 @pytest.mark.parametrize(

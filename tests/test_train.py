@@ -5,10 +5,11 @@ import json
 import numpy as np
 import pytest
 
+from mgg.distgraph import DistGraph
 from mgg.graph import Dataset, Graph
+from mgg.graph.formats import read_npz
 from mgg.graph.generators import planted_partition
-from mgg.graph.io import read_npz
-from mgg.nn import DistGraph, GCNConv
+from mgg.nn import GCNConv
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 
 from conftest import last_json, mpirun, shared_dataset
@@ -82,8 +83,14 @@ def test_wide_features_are_transformed_before_aggregating():
     model = build_model("gcn", data)
     first = model.layers[1]
     assert isinstance(first, GCNConv) and first.transform_first(data.x)
-    out = model.forward(data.x, dg)
-    assert out.shape == (ds.graph.num_nodes, ds.num_classes)
+    widths = []
+    aggregate = dg.aggregate
+    dg.aggregate = lambda x, *a, **k: widths.append(x.shape[1]) or aggregate(x, *a, **k)
+    got = first.forward(data.x, dg)
+    assert widths == [16]  # Â (x W) at the hidden width, not (Â x) W at 745
+    a = ds.graph.gcn_norm().to_scipy().astype(np.float64)
+    want = a @ (data.x.astype(np.float64) @ first.weight.value) + first.bias.value
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.mpi
@@ -106,7 +113,7 @@ def test_diverging_weights_are_caught(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(f"""
 from mgg.comm import get_comm
-from mgg.graph.generators import resolve
+from mgg.graph.specs import resolve
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 comm = get_comm()
 dg, data = prepare(resolve("{PLANTED}"), comm, "gcn")

@@ -114,8 +114,8 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     import cupy
     import torch
 
-    from mgg.graph.generators import random_features
-    from mgg.kernels.cuda.virtual import VirtualDesign
+    from mgg.designs import get_design
+    from mgg.graph.dataset import random_features
     from mgg.partition import build_plan
 
     weighted = op == "gcn"
@@ -127,11 +127,12 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     plan = build_plan(gg, 1, 16, transposed=False)[0]
     by_ps = {ps: plan.with_ps(ps) for ps in sorted({c[0] for c in SWEEP})}
     x = random_features(0, 0, gg.num_nodes, d)
-    designs = {c: VirtualDesign([by_ps[c[0]]], d, dist=c[1], wpb=c[2]) for c in SWEEP}
+    pipelined = get_design("virtual", "pipelined")
+    designs = {c: pipelined([by_ps[c[0]]], None, d, dist=c[1], wpb=c[2]) for c in SWEEP}
     for des in designs.values():
-        des.load(x)
+        des.x[...] = cupy.asarray(x)
     fns = {
-        f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des.run(op))
+        f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des(op))
         for c, des in designs.items()
     }
     xt = torch.from_numpy(x).cuda()
@@ -156,7 +157,7 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
         fns["pyg"] = lambda: pyg(xt, edge_index, edge_w)
     t = cuda_compare(fns, repeat=repeat)
     first = designs[SWEEP[0]]
-    err = check_output(gg, x, op, first.gather(first.run(op)), label=f"mgg {op} D={d}")
+    err = check_output(gg, x, op, cupy.asnumpy(first(op)), label=f"mgg {op} D={d}")
     mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}
     best = min(mgg_times, key=mgg_times.get)
     moved = gg.num_edges * (4 + (4 if weighted else 0) + 4 * d) + gg.num_nodes * d * 4

@@ -187,8 +187,8 @@ def time_designs(
     UVM design's placement under 'uvm_advice'."""
     import cupy
 
-    from mgg.baselines.cuda import GPU_DESIGNS
-    from mgg.graph.generators import random_features
+    from mgg.designs import get_design
+    from mgg.graph.dataset import random_features
     from mgg.partition import build_plan
 
     g = graph.gcn_norm() if op == "gcn" else graph
@@ -197,12 +197,12 @@ def time_designs(
     designs = {}
     for name in names:
         kw = dict((knobs or {}).get(name, {}))
-        designs[name] = GPU_DESIGNS[kw.pop("design", name)](plans, dim, **kw)
-        designs[name].load(x)
+        designs[name] = get_design("virtual", kw.pop("design", name))(plans, None, dim, **kw)
+        designs[name].x[...] = cupy.asarray(x)
     if check:
         for name, d in designs.items():
-            check_output(g, x, op, d.gather(d.run(op)), label=name)
-    t = cuda_compare({k: (lambda d=d: d.run(op)) for k, d in designs.items()}, repeat)
+            check_output(g, x, op, cupy.asnumpy(d(op)), label=name)
+    t = cuda_compare({k: (lambda d=d: d(op)) for k, d in designs.items()}, repeat)
     t["setup"] = {k: d.setup_seconds for k, d in designs.items()}
     if "uvm" in designs:
         t["uvm_advice"] = designs["uvm"].advice

@@ -59,7 +59,7 @@ def main():
     with raw_log("e2e_vs_pyg"):
         for gname in args.graphs.split(","):
             ds = standin_graph(gname, args.scale, features=True)
-            from mgg.graph.generators import make_split
+            from mgg.graph.dataset import make_split
 
             if ds.train_mask is None:
                 ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)

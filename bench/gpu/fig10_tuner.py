@@ -12,11 +12,12 @@ import argparse
 import functools
 import sys
 
+import cupy
 from common_gpu import GPU_RESULTS, Results, cuda_median, raw_log, standin_graph
 
-from mgg.graph.generators import random_features
+from mgg.designs import get_design
+from mgg.graph.dataset import random_features
 from mgg.kernels.cuda import current_device
-from mgg.kernels.cuda.virtual import VirtualDesign as Pipelined
 from mgg.partition import build_plan
 from mgg.tuner import Workload, default_space, exhaustive, model_guess, rank_configs, search
 from mgg.tuner.plot import heatmaps
@@ -42,11 +43,12 @@ def main():
         dev = current_device()[1]
         space = default_space(dev)
         measured = []
+        pipelined = get_design("virtual", "pipelined")
 
         def measure(cfg):
-            d = Pipelined(by_ps(cfg["ps"]), args.dim, dist=cfg["dist"], wpb=cfg["wpb"])
-            d.load(x)
-            t = cuda_median(lambda: d.run("gcn"), repeat=5, warmup=1)
+            d = pipelined(by_ps(cfg["ps"]), None, args.dim, dist=cfg["dist"], wpb=cfg["wpb"])
+            d.x[...] = cupy.asarray(x)
+            t = cuda_median(lambda: d("gcn"), repeat=5, warmup=1)
             measured.append({**cfg, "ms": t * 1e3})
             if len(measured) % 10 == 0:
                 res.payload["measurements"] = measured

@@ -1,29 +1,41 @@
-"""mgg.comm: rank, size, barrier, allreduce, symmetric arrays and one-sided gets."""
+"""mgg.comm: rank, size, collectives, symmetric arrays and one-sided gets, over MPI
+(CPU) or NVSHMEM (GPU) transports."""
 
 from __future__ import annotations
 
 from .base import Comm, SymmetricArray
 
-__all__ = ["Comm", "SymmetricArray", "finalize", "get_comm"]
+__all__ = ["Comm", "SymmetricArray", "abort_job", "finalize", "get_comm"]
 
 _world = {}
 
 
-def get_comm(backend: str = "mpi", **kw) -> Comm:
-    """The world communicator of this process (created once per backend and options)."""
-    key = (backend, tuple(sorted(kw.items())))
+def get_comm(transport: str = "mpi", **kw) -> Comm:
+    """The world communicator of this process over ``transport`` ('mpi' or 'nvshmem'),
+    created once per transport and options."""
+    if transport == "mpi":
+        kw.setdefault("window", "auto")
+    key = (transport, tuple(sorted(kw.items())))
     if key not in _world:
-        if backend == "mpi":
+        if transport == "mpi":
             from .mpi import MPIComm
 
             _world[key] = MPIComm(**kw)
-        elif backend == "nvshmem":
+        elif transport == "nvshmem":
             from .nvshmem import NVSHMEMComm
 
             _world[key] = NVSHMEMComm(**kw)
         else:
-            raise ValueError(f"unknown comm backend {backend!r}; choose 'mpi' or 'nvshmem'")
+            raise ValueError(f"unknown transport {transport!r}; choose 'mpi' or 'nvshmem'")
     return _world[key]
+
+
+def abort_job(code: int) -> None:
+    """In a multi-rank job, take every rank down (a failing rank would otherwise leave
+    its peers waiting in a collective). Does nothing in a job of one rank."""
+    for comm in _world.values():
+        if comm.size > 1:
+            comm.abort(code)
 
 
 def finalize() -> None:

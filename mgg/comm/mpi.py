@@ -120,11 +120,13 @@ class MPIComm(Comm):
     def allgather(self, obj) -> list:
         return self.comm.allgather(obj)
 
+    def gather(self, obj, root: int = 0):
+        return self.comm.gather(obj, root=root)
+
     def alltoall(self, objs: list) -> list:
         return self.comm.alltoall(objs)
 
     def alltoallv(self, send: np.ndarray, send_counts, recv: np.ndarray, recv_counts) -> None:
-        """Rows of send [sum(send_counts), D] go to each peer; recv likewise (row counts)."""
         d = int(np.prod(send.shape[1:])) if send.ndim > 1 else 1
         sc = np.asarray(send_counts, np.int64) * d
         rc = np.asarray(recv_counts, np.int64) * d
@@ -138,7 +140,6 @@ class MPIComm(Comm):
 
     # ---- symmetric memory ----------------------------------------------------------------
     def symmetric(self, rows: int, dim: int, dtype=np.float32, window=None) -> SymmetricArray:
-        """Collective: a [rows, dim] array on every rank, readable by every peer."""
         rows, dim = int(rows), int(dim)
         sizes = self.comm.allgather((rows, dim, np.dtype(dtype).str))
         if len(set(sizes)) != 1:

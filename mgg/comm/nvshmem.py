@@ -125,6 +125,8 @@ class NVSHMEMComm(MPIComm):
     """MPI for the host, NVSHMEM for device memory. ``device``: the GPU of this rank
     (default: $MGG_DEVICE, set by mggrun, else the node rank modulo the GPU count)."""
 
+    device_memory = True
+
     def __init__(self, comm=None, device: int | None = None, init_method: str | None = None):
         super().__init__(comm, window="rma")
         import cupy

@@ -1,4 +1,6 @@
-"""A graph with what training needs: features, labels and split masks."""
+"""A graph with what training needs (features, labels, split masks), and the seeded
+policies that fill them in when a dataset lacks them: make_split, random_features.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from .core import Graph, GraphError
+
+__all__ = ["Dataset", "make_split", "random_features"]
 
 
 @dataclass
@@ -83,3 +87,39 @@ class Dataset:
         )
         c = f", classes={self.num_classes}" if self.num_classes else ""
         return f"Dataset({self.name!r}, {self.graph}{f}{c})"
+
+
+def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:
+    """Rows lb..ub-1 of a deterministic random float32 [N, dim] matrix, the same whatever
+    the split: block b of ``block`` rows comes from its own seeded generator."""
+    out = np.empty((ub - lb, dim), np.float32)
+    for b in range(lb // block, -(-ub // block)):
+        rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)
+        a, z = max(lb, b * block), min(ub, (b + 1) * block)
+        out[a - lb : z - lb] = rows[a - b * block : z - b * block]
+    return out
+
+
+def make_split(
+    y, num_classes: int, train_per_class: int = 20, val_per_class: int = 30, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Seeded per-class split: bool masks (train, val, test), each [N], disjoint, covering.
+
+    In every class, nodes in random order go ``train_per_class`` to train, the next
+    ``val_per_class`` to val and the rest to test (a class with fewer nodes fills train,
+    then val, and leaves test empty). Labels outside [0, num_classes) raise ValueError.
+    """
+    y = np.asarray(y)
+    n = y.size
+    if n and (y.min() < 0 or y.max() >= num_classes):
+        raise ValueError(f"labels must lie in [0, {num_classes}), found [{y.min()}, {y.max()}]")
+    rng = np.random.default_rng([seed, 0x5E1, 7])
+    shuffled = rng.permutation(n)
+    order = shuffled[np.argsort(y[shuffled], kind="stable")]
+    starts = np.zeros(num_classes + 1, np.int64)
+    np.cumsum(np.bincount(y, minlength=num_classes), out=starts[1:])
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - starts[y[order]]
+    train = rank < train_per_class
+    val = (rank >= train_per_class) & (rank < train_per_class + val_per_class)
+    return train, val, ~(train | val)

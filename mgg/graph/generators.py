@@ -10,31 +10,27 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 
+from ..hashing import mix64
 from .core import Graph, index_dtype
-from .dataset import Dataset
+from .dataset import Dataset, make_split
 
 __all__ = [
     "rmat",
     "rmat_n",
     "planted_partition",
-    "make_split",
     "StandinSpec",
     "STANDINS",
     "standin",
     "standin_edge_cap",
-    "resolve",
 ]
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _LO32 = np.uint64(0xFFFFFFFF)
 _IDX_MASK = np.int64(0xFFFFFFFF)
 _CHUNK = 1 << 22
@@ -48,13 +44,6 @@ STANDIN_MAX_DENSITY = 0.05
 
 
 # ---- random numbers ---------------------------------------------------------------------
-@numba.njit(inline="always")
-def _mix64(z):
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
 def _stream_key(seed: int, salt: int) -> np.uint64:
     """A 64-bit key per (seed, purpose); streams with different keys are independent."""
     s = np.random.SeedSequence([int(seed) & (2**64 - 1), salt])
@@ -81,7 +70,7 @@ def _rmat_fill(e0, src, dst, scale, ta, tab, tabc, key, perm, n):
         r = np.uint64(0)
         for lvl in range(scale):
             if lvl % 2 == 0:
-                r = _mix64(key + (base + np.uint64(lvl // 2 + 1)) * _GOLDEN)
+                r = mix64(key + (base + np.uint64(lvl // 2 + 1)) * _GOLDEN)
                 x = r & _LO32
             else:
                 x = r >> np.uint64(32)
@@ -104,7 +93,7 @@ def _rewire_fill(e0, src, dst, scale, key, threshold, order, pos, num_classes):
     words = _words_per_edge(scale)
     n = order.size
     for t in numba.prange(src.size):
-        r = _mix64(key + np.uint64(e0 + t) * np.uint64(words) * _GOLDEN)
+        r = mix64(key + np.uint64(e0 + t) * np.uint64(words) * _GOLDEN)
         if (r & _LO32) < threshold:
             pv = pos[dst[t]]
             j = pv - pv % num_classes + pos[src[t]] % num_classes
@@ -460,42 +449,6 @@ def _draws_for(target, k, a, b, c, symmetric) -> float:
 
 
 # ---- planted partition --------------------------------------------------------------------
-def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:
-    """Rows lb..ub-1 of a deterministic random float32 [N, dim] matrix, the same whatever
-    the split: block b of ``block`` rows comes from its own seeded generator."""
-    out = np.empty((ub - lb, dim), np.float32)
-    for b in range(lb // block, -(-ub // block)):
-        rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)
-        a, z = max(lb, b * block), min(ub, (b + 1) * block)
-        out[a - lb : z - lb] = rows[a - b * block : z - b * block]
-    return out
-
-
-def make_split(
-    y, num_classes: int, train_per_class: int = 20, val_per_class: int = 30, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Seeded per-class split: bool masks (train, val, test), each [N], disjoint, covering.
-
-    In every class, nodes in random order go ``train_per_class`` to train, the next
-    ``val_per_class`` to val and the rest to test (a class with fewer nodes fills train,
-    then val, and leaves test empty). Labels outside [0, num_classes) raise ValueError.
-    """
-    y = np.asarray(y)
-    n = y.size
-    if n and (y.min() < 0 or y.max() >= num_classes):
-        raise ValueError(f"labels must lie in [0, {num_classes}), found [{y.min()}, {y.max()}]")
-    rng = np.random.default_rng([seed, 0x5E1, 7])
-    shuffled = rng.permutation(n)
-    order = shuffled[np.argsort(y[shuffled], kind="stable")]
-    starts = np.zeros(num_classes + 1, np.int64)
-    np.cumsum(np.bincount(y, minlength=num_classes), out=starts[1:])
-    rank = np.empty(n, np.int64)
-    rank[order] = np.arange(n) - starts[y[order]]
-    train = rank < train_per_class
-    val = (rank >= train_per_class) & (rank < train_per_class + val_per_class)
-    return train, val, ~(train | val)
-
-
 def _class_features(y, num_classes, dim, noise, seed) -> np.ndarray:
     """float32 [N, dim]: class centroid (random direction, norm CENTROID_NORM) + noise."""
     rng = np.random.default_rng([seed, 0xFEA7, 5])
@@ -597,9 +550,9 @@ def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass):
     total = cum[n - 1]
     for t in numba.prange(src.size):
         base = np.uint64(t) * np.uint64(3)
-        r0 = _uniform(_mix64(key + base * _GOLDEN))
-        r1 = _mix64(key + (base + np.uint64(1)) * _GOLDEN)
-        r2 = _uniform(_mix64(key + (base + np.uint64(2)) * _GOLDEN))
+        r0 = _uniform(mix64(key + base * _GOLDEN))
+        r1 = mix64(key + (base + np.uint64(1)) * _GOLDEN)
+        r2 = _uniform(mix64(key + (base + np.uint64(2)) * _GOLDEN))
         u = order[min(np.searchsorted(cum, r0 * total, side="right"), n - 1)]
         c = y[u]
         if (r1 & _LO32) < t_in:
@@ -707,85 +660,3 @@ def _standin_spec(name: str) -> StandinSpec:
         raise ValueError(
             f"unknown stand-in {name!r}; choose one of {', '.join(STANDINS)}"
         ) from None
-
-
-# ---- CLI specs ------------------------------------------------------------------------------
-_STANDIN_KEYS = ("scale", "seed", "features")
-_RMAT_KEYS = ("scale", "ef", "seed", "directed", "a", "b", "c")
-_PLANTED_KEYS = ("nodes", "classes", "degree", "features", "p_in", "noise", "seed")
-
-
-def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
-    """A Dataset from a CLI spec.
-
-    ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale`` applies when the spec
-    has none); ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
-    ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
-    path of an existing file, or the prefix of ``*_beg_pos.bin`` (read by
-    ``mgg.graph.io.read_dataset``; an existing file wins over a name). Unknown names or
-    keys raise ValueError listing the valid ones.
-    """
-    if os.path.isfile(spec) or os.path.isfile(spec + "_beg_pos.bin"):
-        from .io import read_dataset
-
-        return read_dataset(spec)
-    name, _, rest = spec.partition(":")
-    name = name.strip().lower()
-    kv = _parse_kv(rest, spec)
-    if name in STANDINS:
-        _check_keys(kv, _STANDIN_KEYS, name)
-        s = kv.get("scale", 1.0 if scale is None else scale)
-        return standin(
-            name,
-            float(s),
-            int(kv.get("seed", seed)),
-            with_features=bool(int(kv.get("features", 1))),
-        )
-    if name == "rmat":
-        _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
-        k, ef, sd = int(kv["scale"]), int(kv.get("ef", 16)), int(kv.get("seed", seed))
-        directed = bool(int(kv.get("directed", 0)))
-        abc = {x: float(kv[x]) for x in "abc" if x in kv}
-        g = rmat(k, ef, seed=sd, symmetric=not directed, **abc)
-        params = dict(scale=k, edge_factor=ef, seed=sd, directed=directed, **abc)
-        return Dataset(f"rmat-s{k}-ef{ef}", g, meta={"generator": "rmat", "params": params})
-    if name == "planted":
-        _check_keys(kv, _PLANTED_KEYS, name, required=("nodes", "classes"))
-        return planted_partition(
-            int(kv["nodes"]),
-            int(kv["classes"]),
-            avg_degree=float(kv.get("degree", 10)),
-            p_in=float(kv.get("p_in", 0.8)),
-            num_features=int(kv.get("features", 32)),
-            feature_noise=float(kv.get("noise", 1.0)),
-            seed=int(kv.get("seed", seed)),
-        )
-    raise ValueError(
-        f"unknown graph {spec!r}: not an existing file, and not one of "
-        f"{', '.join(STANDINS)}, rmat, planted"
-    )
-
-
-def _parse_kv(text: str, spec: str) -> dict[str, float]:
-    out = {}
-    for item in filter(None, (t.strip() for t in text.split(","))):
-        key, eq, val = item.partition("=")
-        try:
-            if not eq:
-                raise ValueError
-            num = float(val)
-        except ValueError:
-            raise ValueError(f"bad item {item!r} in {spec!r}: expected key=number") from None
-        out[key.strip().lower()] = int(num) if num.is_integer() and "." not in val else num
-    return out
-
-
-def _check_keys(kv, valid, name, required=()):
-    bad = sorted(set(kv) - set(valid))
-    if bad:
-        raise ValueError(
-            f"unknown key(s) {', '.join(bad)} for {name!r}; valid keys: {', '.join(valid)}"
-        )
-    missing = [k for k in required if k not in kv]
-    if missing:
-        raise ValueError(f"{name!r} needs {', '.join(missing)}; valid keys: {', '.join(valid)}")

@@ -1,14 +1,12 @@
-"""Layers with explicit forward/backward over the distributed aggregation, models,
-loss and optimizers."""
+"""Layers with explicit forward/backward over the distributed aggregation (a
+mgg.distgraph.DistGraph), models, loss and optimizers."""
 
-from .graph import DistGraph
 from .layers import Dropout, GCNConv, GINConv, Linear, Module, Parameter, ReLU
 from .loss import accuracy, softmax_cross_entropy
 from .models import GCN, GIN, MODELS, Sequential
 from .optim import OPTIMIZERS, SGD, Adam
 
 __all__ = [
-    "DistGraph",
     "Module",
     "Parameter",
     "Linear",

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
-import scipy.sparse as sp
 
-from .backend import is_sparse, on_gpu, to_device, to_host
+from ..backend import backend_of, get_backend, is_sparse
+from ..hashing import key64
 
 
 class Parameter:
@@ -79,9 +78,9 @@ class Module:
         for p in self.parameters():
             p.grad[...] = 0
 
-    def to(self, device: str) -> Module:
-        """Move every parameter to 'cpu' (numpy) or 'cuda' (cupy); returns self."""
-        move = to_device if device == "cuda" else to_host
+    def to(self, backend) -> Module:
+        """Move every parameter to ``backend`` ('cpu': numpy, 'cuda': cupy); returns self."""
+        move = get_backend(backend).to_device
         for p in self.parameters():
             p.value, p.grad = move(p.value), move(p.grad)
         return self
@@ -161,42 +160,25 @@ class Dropout(Module):
         self.p, self.seed, self.stream, self.epoch = p, seed, stream, 0
         self._active = False
 
-    def _args(self, x):
-        key = _key64(self.seed, self.epoch, self.stream)
+    def _args(self, x, lb: int):
+        """(key, lb, threshold, scale): the kernels' arguments for this epoch's mask."""
+        key = key64(self.seed, self.epoch, self.stream)
         threshold = np.uint32(min(int(self.p * 2**32), 2**32 - 1))
-        return key, threshold, x.dtype.type(1.0 / (1.0 - self.p))
+        return key, lb, threshold, x.dtype.type(1.0 / (1.0 - self.p))
 
     def forward(self, x, g):
         self._active = self.training and self.p > 0
         if not self._active:
             return x
         self._lb = g.lb
-        key, threshold, scale = self._args(x)
-        if on_gpu(x):
-            from ..kernels.cuda import nn_ops
-
-            if is_sparse(x):
-                return nn_ops.dropout_csr(x, key, g.lb, threshold, scale)
-            return nn_ops.dropout_dense(x, key, g.lb, threshold, scale)
-        if sp.issparse(x):  # the input features: no backward pass through here
-            y = x.copy()
-            _dropout_sparse(y.indptr, y.indices, y.data, key, g.lb, x.shape[1], threshold, scale)
-            return y
-        y = np.empty_like(x)
-        _dropout_dense(x, y, key, g.lb, threshold, scale)
-        return y
+        kernels = backend_of(x).nn
+        drop = kernels.dropout_csr if is_sparse(x) else kernels.dropout_dense
+        return drop(x, *self._args(x, g.lb))
 
     def backward(self, dy):
         if not self._active:
             return dy
-        key, threshold, scale = self._args(dy)
-        if on_gpu(dy):
-            from ..kernels.cuda import nn_ops
-
-            return nn_ops.dropout_dense(dy, key, self._lb, threshold, scale)
-        dx = np.empty_like(dy)
-        _dropout_dense(dy, dx, key, self._lb, threshold, scale)
-        return dx
+        return backend_of(dy).nn.dropout_dense(dy, *self._args(dy, self._lb))
 
 
 class GCNConv(Module):
@@ -228,9 +210,9 @@ class GCNConv(Module):
         self._first = self.transform_first(x)
         if self._first:
             self._x = x
-            y = g.propagate(_matmul(x, self.weight.value), "gcn")
+            y = g.aggregate(_matmul(x, self.weight.value), "gcn")
         else:
-            self._ax = g.propagate(x, "gcn")
+            self._ax = g.aggregate(x, "gcn")
             y = self._ax @ self.weight.value
         if self.bias is not None:
             y += self.bias.value
@@ -241,14 +223,14 @@ class GCNConv(Module):
         if self.bias is not None:
             self.bias.grad += dy.sum(0)
         if self._first:  # y = Â t, t = x W
-            dt = g.propagate(dy, "gcn", transpose=True)
+            dt = g.aggregate(dy, "gcn", transpose=True)
             self.weight.grad += _tmatmul(self._x, dt)
             return dt @ w.T if self.input_grad else None
         # y = a W, a = Â x
         self.weight.grad += self._ax.T @ dy
         if not self.input_grad:
             return None
-        return g.propagate(dy @ w.T, "gcn", transpose=True)
+        return g.aggregate(dy @ w.T, "gcn", transpose=True)
 
 
 class GINConv(Module):
@@ -293,10 +275,10 @@ class GINConv(Module):
         if self._first:
             self._x = x
             self._t = _matmul(x, self.lin1.weight.value)
-            h = g.propagate(self._t, "gin", eps=eps) + self.lin1.bias.value
+            h = g.aggregate(self._t, "gin", eps=eps) + self.lin1.bias.value
         else:
             self._t = x
-            h = self.lin1.forward(g.propagate(x, "gin", eps=eps))
+            h = self.lin1.forward(g.aggregate(x, "gin", eps=eps))
         return self.lin2.forward(self.act.forward(h))
 
     def backward(self, dy):
@@ -310,57 +292,9 @@ class GINConv(Module):
         if self.train_eps:
             self.eps.grad += (self._t * da).sum()
         if self._first:
-            dt = g.propagate(da, "gin", transpose=True, eps=eps)
+            dt = g.aggregate(da, "gin", transpose=True, eps=eps)
             self.lin1.weight.grad += _tmatmul(self._x, dt)
             return dt @ self.lin1.weight.value.T if self.input_grad else None
         if not self.input_grad:
             return None
-        return g.propagate(da, "gin", transpose=True, eps=eps)
-
-
-_M64 = 0xFFFFFFFFFFFFFFFF
-
-
-def _key64(*parts: int) -> np.uint64:
-    """A 64-bit key from small integers (splitmix64 over the parts)."""
-    k = 0x243F6A8885A308D3
-    for p in parts:
-        z = (k ^ int(p)) & _M64
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
-        k = z ^ (z >> 31)
-    return np.uint64(k)
-
-
-@numba.njit(cache=True, inline="always")
-def _mix(z):
-    """splitmix64's finalizer: a well-mixed 64-bit value for any counter."""
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-@numba.njit(cache=True, inline="always")
-def _keep(key, row, col, ncols, threshold):
-    """Entry (global row, col) survives dropout: a hash of (key, row, col) vs threshold."""
-    z = _mix(
-        key
-        + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1))
-        * np.uint64(0x9E3779B97F4A7C15)
-    )
-    return np.uint32(z >> np.uint64(32)) >= threshold
-
-
-@numba.njit(cache=True, parallel=True)
-def _dropout_dense(x, out, key, lb, threshold, scale):
-    n, d = x.shape
-    for i in numba.prange(n):
-        for j in range(d):
-            out[i, j] = x[i, j] * scale if _keep(key, lb + i, j, d, threshold) else 0
-
-
-@numba.njit(cache=True, parallel=True)
-def _dropout_sparse(indptr, indices, data, key, lb, ncols, threshold, scale):
-    for i in numba.prange(indptr.size - 1):
-        for e in range(indptr[i], indptr[i + 1]):
-            data[e] = data[e] * scale if _keep(key, lb + i, indices[e], ncols, threshold) else 0
+        return g.aggregate(da, "gin", transpose=True, eps=eps)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import assign
+from ..backend import assign
 from .layers import Parameter
 
 

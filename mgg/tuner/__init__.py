@@ -1,19 +1,16 @@
 """The tuner: MGG's analytical model and cross-iteration search over (ps, dist, wpb)."""
 
-from .model import (
+from ..kernels.cuda.occupancy import (
     KNOWN_GPUS,
     Device,
     Estimate,
     Workload,
-    cpu_device,
-    default_space,
     estimate,
-    estimate_cpu,
     known_gpu,
     live_gpu,
-    rank_configs,
     smem_bytes,
 )
+from .model import cpu_device, default_space, estimate_cpu, rank_configs
 from .search import SearchResult, exhaustive, model_guess, search
 
 __all__ = [

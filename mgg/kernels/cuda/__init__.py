@@ -1,4 +1,5 @@
-"""The CUDA backend of the aggregation: aggregate.cu and a thin CuPy launcher.
+"""The CUDA aggregation kernel: aggregate.cu, a thin CuPy launcher and the occupancy
+model it launches by (occupancy.py).
 
 cupy is imported lazily: this module imports (and its host-side logic runs) without a
 GPU. Compiled modules are cached per (device, weighted, remote mode).
@@ -14,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...partition.plan import PartitionPlan
-from ...tuner.model import WARP, Device, Workload, estimate
+from .occupancy import WARP, Device, Workload, estimate, live_gpu
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
 MODES = ("p2p", "get")
@@ -236,8 +237,6 @@ def current_device() -> tuple[int, Device]:
     """(id, limits) of the current GPU, queried live."""
     import cupy
 
-    from ...tuner.model import live_gpu
-
     dev_id = cupy.cuda.Device().id
     return dev_id, live_gpu(dev_id)
 
@@ -272,10 +271,3 @@ def aggregate_halo(
     out = cupy.empty((n, d), cupy.float32) if out is None else out
     run(dp, xd, peers, out, op, eps, cfg, dev_id)
     return out
-
-
-def aggregate_virtual(plans: list[PartitionPlan], x: np.ndarray, op: str = "sum", **kw):
-    """MGG over P virtual PEs on one GPU; see mgg.kernels.cuda.virtual."""
-    from .virtual import aggregate_virtual as run_virtual
-
-    return run_virtual(plans, x, op, **kw)

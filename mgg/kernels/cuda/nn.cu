@@ -1,4 +1,4 @@
-// Element-wise training kernels, the CUDA twins of the numba ones in mgg/nn:
+// Element-wise training kernels, the CUDA twins of mgg/kernels/cpu_nn.py:
 // dropout keyed by a hash of (key, global row, column) — the same hash, so a GPU run
 // draws the CPU run's masks — and a fused softmax cross-entropy over a node mask.
 

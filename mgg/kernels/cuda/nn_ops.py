@@ -1,4 +1,4 @@
-"""Launchers of nn.cu: the GPU twins of the numba dropout and loss kernels."""
+"""Launchers of nn.cu: the GPU twins of mgg/kernels/cpu_nn.py (same signatures)."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ import time
 import numpy as np
 
 from ..kernels import cpu
-from ..kernels.distributed import DistributedAggregation
+from .cpu import CpuDesign
 
 
-class BulkHalo(DistributedAggregation):
+class BulkHalo(CpuDesign):
     """All-to-all of every needed remote row (each once), then the aggregation."""
 
     name = "bulk_halo"
@@ -37,17 +37,8 @@ class BulkHalo(DistributedAggregation):
         np.take(self.x, self.send_rows, axis=0, out=self.send)
         self.comm.alltoallv(self.send, self.send_counts, self.recv, self.recv_counts)
         self.stats["wait_seconds"] += time.perf_counter() - t0
-        self._count(self.plan.num_halo)
+        self.count(self.plan.num_halo)
         cpu.init_out(op, self.x, out, eps)
-        self._local(op, 0, p.lnp_node.size, out)
-        cpu.accumulate(
-            p.rnp_ptr,
-            p.rnp_node,
-            0,
-            p.rnp_node.size,
-            self.remote_index,
-            self._weights(op, "remote"),
-            self.recv,
-            out,
-        )
+        self.local(op, 0, p.lnp_node.size, out)
+        self.remote(op, 0, p.rnp_node.size, self.remote_index, self.recv, out)
         cpu.finalize(op, self.in_degrees, out)

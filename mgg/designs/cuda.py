@@ -1,27 +1,25 @@
-"""MGG's pipelined design on GPUs, with the interface of the CPU designs
-(mgg.kernels.distributed.DistributedAggregation): set up per (plan, width), write this
-PE's rows into ``x``, call ``design(op)``."""
+"""MGG's pipelined design on GPUs, one PE per process: one kernel per call, warps
+interleave LNPs and RNPs (``dist`` partitions of each kind per warp, ``wpb`` warps per
+block), remote rows read by peer-pointer loads ('p2p') or NVSHMEM device gets ('get')."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..distributed import check_plan
-from ..reference import check_op
-from . import MODES, DevicePlan, current_device, launch_config, run
+from ..kernels.cuda import MODES, DevicePlan, current_device, launch_config, run
+from .base import Design
 
 
-class CudaPipelined:
-    """One kernel per call: warps interleave LNPs and RNPs (``dist`` of each), remote rows
-    by peer-pointer loads ('p2p') or NVSHMEM device gets ('get').
-
-    comm  mgg.comm.nvshmem.NVSHMEMComm (any size: the get mode needs NVSHMEM even on one
-          PE), or None for a single PE in plain device memory
+class CudaPipelined(Design):
+    """comm  mgg.comm.nvshmem.NVSHMEMComm (any size: the get mode needs NVSHMEM even on
+          one PE), or a comm of one rank without device memory (or None): one PE in plain
+          device memory
     mode  'p2p', 'get', or None: p2p when every peer is reachable by loads (nvshmem_ptr)
           on every PE, else get. ``remote_path`` says which was chosen and why.
     """
 
     name = "pipelined"
+    knobs = ("dist", "wpb", "mode")
 
     def __init__(
         self,
@@ -33,33 +31,32 @@ class CudaPipelined:
         dist: int = 4,
         wpb: int = 4,
         mode: str | None = None,
-        window=None,
     ):
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
         if mode not in (None, *MODES):
             raise ValueError(f"remote mode must be one of {MODES} or None, got {mode!r}")
-        if comm is None and mode == "get":
+        nvshmem = comm is not None and comm.device_memory
+        if not nvshmem and mode == "get":
             raise ValueError(
                 "mode 'get' reads through NVSHMEM: launch with mggrun (one PE will do)"
             )
+        super().__init__(plan, comm, dim, dtype)
         import cupy
 
-        self.plan, self.comm, self.dim = plan, comm, int(dim)
         self.dev_id, self.dev = current_device()
         n = plan.num_local_nodes
-        if comm is None:
+        if not nvshmem:
             if plan.num_ranks != 1:
-                raise ValueError(f"the plan is for {plan.num_ranks} ranks but there is no comm")
-            self.buffer = None
+                raise ValueError(
+                    f"the plan is for {plan.num_ranks} ranks but there is no NVSHMEM comm"
+                )
             self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), cupy.float32)
             self.x = self._own[:n]
             self.peers = cupy.asarray(np.array([self._own.data.ptr], np.uint64))
             mode, why = "p2p", "one PE in plain device memory"
         else:
-            check_plan(plan, comm)
-            self.buffer = comm.symmetric(plan.max_local_nodes, self.dim, np.float32)
-            self.x = self.buffer.local[:n]
+            self.symmetric_input()
             self.peers = comm.peer_pointers(self.buffer)
             # one mode for the whole job: the most peers any PE cannot map
             unreachable = int(comm.allreduce(np.array([len(comm.unreachable)]), "max")[0])
@@ -92,37 +89,17 @@ class CudaPipelined:
             self.dev,
             mode,
         )
-        self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
 
-    def __call__(self, op: str = "sum", eps: float = 0.0, out=None):
-        """Collective: aggregate the rows every PE wrote into its ``x``; out [n, D]."""
+    @property
+    def xp(self):
         import cupy
 
-        check_op(op, self.plan.has_weights)
-        n = self.plan.num_local_nodes
-        if out is None:
-            out = cupy.empty((n, self.dim), cupy.float32)
-        elif out.shape != (n, self.dim):
-            raise ValueError(f"out has shape {out.shape}, expected ({n}, {self.dim})")
-        if self.buffer is not None:
-            self.buffer.publish()
+        return cupy
+
+    def run(self, op, eps, out):
         run(self.dplan, self.x, self.peers, out, op, eps, self.cfg, self.dev_id)
-        self.stats["calls"] += 1
-        self.stats["remote_rows"] += self.plan.num_remote_edges
-        self.stats["remote_bytes"] += self.plan.num_remote_edges * self.dim * 4
-        return out
+        self.count(self.plan.num_remote_edges)
 
     def free(self) -> None:
-        if self.buffer is not None:
-            self.buffer.free()
-            self.buffer = None
-        self.x = self._own = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.free()
-
-
-CUDA_DESIGNS = {CudaPipelined.name: CudaPipelined}
+        super().free()
+        self._own = None

@@ -1,5 +1,5 @@
-"""Direct per-edge gets (MGG's "direct NVSHMEM", Table 1): no neighbor partitioning, no
-deduplication, no interleaving."""
+"""Direct per-edge gets (MGG's "direct NVSHMEM", Table 1) on CPUs: no neighbor
+partitioning, no deduplication, no interleaving."""
 
 from __future__ import annotations
 
@@ -8,15 +8,16 @@ import time
 import numpy as np
 
 from ..kernels import cpu
-from ..kernels.distributed import DistributedAggregation
+from .cpu import CpuDesign
 
 
-class Direct(DistributedAggregation):
+class Direct(CpuDesign):
     """Every remote edge fetches its own row, blocking, one block of ``block_nodes``
     destination nodes at a time into a buffer of that block's rows; a node's neighbors
     are one unit of work (no ps)."""
 
     name = "direct"
+    knobs = ("window", "block_nodes")
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, block_nodes: int = 32):
         super().__init__(plan, comm, dim, dtype, window=window)
@@ -56,18 +57,18 @@ class Direct(DistributedAggregation):
             0,
             q.lnp_node.size,
             q.local_indices,
-            self._weights(op, "local"),
+            self.weights(op, "local"),
             self.x,
             out,
         )
-        w = self._weights(op, "remote")
+        w = self.weights(op, "remote")
         for k0, k1, sels in self.blocks:
             t0 = time.perf_counter()
             for sel in sels:
                 req = self.buffer.rget(sel, self.staging)
                 if req is not None:
                     req.Wait()
-                self._count(sel.size)
+                self.count(sel.size)
             self.stats["wait_seconds"] += time.perf_counter() - t0
             cpu.accumulate(q.rnp_ptr, q.rnp_node, k0, k1, self.edge_pos, w, self.staging, out)
         cpu.finalize(op, self.in_degrees, out)
@@ -76,4 +77,5 @@ class Direct(DistributedAggregation):
         for *_, sels in getattr(self, "blocks", []):
             for sel in sels:
                 sel.free()
+        self.blocks = []
         super().free()

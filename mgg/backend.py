@@ -1,0 +1,189 @@
+"""Where a job computes: one Backend object, resolved once and passed down.
+
+  cpu   numpy (and scipy.sparse) arrays, numba kernels, symmetric memory in MPI windows
+  cuda  cupy (and cupyx.scipy.sparse) arrays, the CUDA kernels, NVSHMEM symmetric memory
+
+A Backend knows its array module, host/device transfers, the world comm of the job, its
+aggregation designs and its training kernels (dropout, softmax cross-entropy). Layers use
+numpy calls, which dispatch to cupy for cupy arrays; only transfers and the custom
+kernels need the backend. cupy is imported lazily: the cpu backend never touches it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+
+import numpy as np
+import scipy.sparse as sp
+
+NAMES = ("cpu", "cuda")
+
+
+def on_gpu(a) -> bool:
+    return type(a).__module__.split(".")[0] in ("cupy", "cupyx")
+
+
+def is_sparse(a) -> bool:
+    if sp.issparse(a):
+        return True
+    return on_gpu(a) and type(a).__module__.startswith("cupyx.scipy.sparse")
+
+
+def to_host(a):
+    """A numpy (or scipy.sparse) copy of a device array; host arrays pass through."""
+    return a.get() if on_gpu(a) else a
+
+
+def assign(dst, src) -> None:
+    """dst[...] = src, copying a host array up when dst lives on the GPU."""
+    dst[...] = get_backend("cuda").to_device(src) if on_gpu(dst) and not on_gpu(src) else src
+
+
+class Backend:
+    """name: 'cpu' or 'cuda'. ``gpu`` says whether arrays live on a GPU."""
+
+    def __init__(self, name: str):
+        if name not in NAMES:
+            raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
+        self.name = name
+        self.gpu = name == "cuda"
+
+    def __repr__(self) -> str:
+        return f"Backend({self.name!r})"
+
+    @functools.cached_property
+    def xp(self):
+        """The array module: numpy or cupy."""
+        if self.gpu:
+            import cupy
+
+            return cupy
+        return np
+
+    @functools.cached_property
+    def nn(self):
+        """The training kernels: dropout_dense, dropout_csr, softmax_ce (same signatures)."""
+        if self.gpu:
+            from .kernels.cuda import nn_ops
+
+            return nn_ops
+        from .kernels import cpu_nn
+
+        return cpu_nn
+
+    def to_device(self, a):
+        """``a`` as an array of this backend (cupy / cupyx CSR on cuda); no copy on cpu."""
+        if not self.gpu:
+            return to_host(a)
+        import cupy
+
+        if sp.issparse(a):
+            import cupyx.scipy.sparse as csp
+
+            return csp.csr_matrix(sp.csr_matrix(a))
+        return cupy.asarray(a)
+
+    def sync(self) -> None:
+        """Wait for the device's queued work (a no-op on cpu)."""
+        if self.gpu:
+            import cupy
+
+            cupy.cuda.Device().synchronize()
+
+    def comm(self, *, window: str = "auto", mode: str = "auto"):
+        """The world comm of this job. MPI comes up first on every backend, so that from
+        here on a failing rank aborts the job; cuda then takes NVSHMEM for device memory
+        when there are peers, or when the kernel reads through NVSHMEM gets (``mode``
+        'get', even on one PE). window: the MPI window mode ('auto', 'shm', 'rma')."""
+        from .comm import get_comm
+
+        world = get_comm("mpi", window=window)
+        if self.gpu and (world.size > 1 or mode == "get"):
+            return get_comm("nvshmem")
+        return world
+
+    def design(self, name: str):
+        """The design class ``name`` of this backend (mgg.designs)."""
+        from .designs import get_design
+
+        return get_design(self.name, name)
+
+    def designs(self) -> list[str]:
+        from .designs import design_names
+
+        return design_names(self.name)
+
+    def device(self):
+        """The occupancy model's Device: this GPU's limits, or the CPU's cores."""
+        if self.gpu:
+            from .kernels.cuda import current_device
+
+            return current_device()[1]
+        import numba
+
+        from .tuner import cpu_device
+
+        return cpu_device(numba.config.NUMBA_NUM_THREADS)
+
+
+@functools.cache
+def get_backend(name: str | Backend = "cpu") -> Backend:
+    """The Backend called ``name`` (a Backend passes through)."""
+    return name if isinstance(name, Backend) else Backend(name)
+
+
+def backend_of(a) -> Backend:
+    """The backend an array lives on."""
+    return get_backend("cuda" if on_gpu(a) else "cpu")
+
+
+def describe() -> dict:
+    """Versions, backends and devices of this machine (``mgg info``)."""
+    import numba
+    import scipy
+
+    from . import __version__
+
+    info = {
+        "mgg": __version__,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "scipy": scipy.__version__,
+        "numba": numba.__version__,
+        "cpus": os.cpu_count(),
+        "numba_threads": numba.get_num_threads(),
+        "backends": ["cpu"],
+    }
+    try:
+        import mpi4py
+
+        mpi4py.rc.initialize = False
+        from mpi4py import MPI
+
+        info["mpi4py"] = mpi4py.__version__
+        info["mpi"] = MPI.Get_library_version().splitlines()[0].strip()
+        info["backends"].append("mpi")
+    except Exception as e:  # noqa: BLE001 - report, don't fail
+        info["mpi"] = f"unavailable ({e})"
+    try:
+        import cupy
+    except Exception:  # noqa: BLE001
+        return {**info, "cupy": "not installed"}
+    info["cupy"] = cupy.__version__
+    try:
+        n = cupy.cuda.runtime.getDeviceCount()
+        info["gpus"] = [cupy.cuda.runtime.getDeviceProperties(i)["name"].decode() for i in range(n)]
+    except Exception as e:  # noqa: BLE001
+        info["gpus"] = []
+        info["cuda"] = f"no device ({e})"
+    try:
+        import nvshmem  # noqa: F401
+
+        info["nvshmem4py"] = "installed"
+    except Exception:  # noqa: BLE001
+        info["nvshmem4py"] = "not installed"
+    if info["gpus"]:
+        info["backends"].append("cuda")
+    return info

@@ -1,0 +1,117 @@
+"""The base of every design: validation, the input buffer ``x``, one ``__call__``,
+statistics and lifetime."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..kernels.reference import check_op
+from ..partition.plan import PartitionPlan
+
+
+class PlanMismatchError(RuntimeError):
+    """The ranks of a job hold plans that do not belong together."""
+
+
+class Design:
+    """One rank's aggregation over a symmetric input buffer, set up once per (plan, D)
+    (collectively, on every rank) and called once per layer: the caller writes its rows
+    into ``x`` and calls ``design(op)``.
+
+    plan  this rank's PartitionPlan (rank r of P)
+    comm  mgg.comm.Comm of the job (comm.rank == plan.rank, comm.size == P)
+    dim   feature width D
+    Subclasses set ``x`` [n_local, D] and implement ``run(op, eps, out)``; ``knobs`` names
+    the keyword options their constructor takes beyond (plan, comm, dim, dtype).
+    """
+
+    name = "base"
+    knobs: tuple[str, ...] = ()
+
+    def __init__(self, plan: PartitionPlan, comm, dim: int, dtype=np.float32):
+        if int(dim) != dim or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim}")
+        self.plan, self.comm, self.dim = plan, comm, int(dim)
+        self.dtype = np.dtype(dtype)
+        self.buffer = None
+        self.x = None
+        self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
+
+    # what the output holds: this rank's rows
+    @property
+    def rows(self) -> int:
+        return self.plan.num_local_nodes
+
+    @property
+    def weighted(self) -> bool:
+        return self.plan.has_weights
+
+    @property
+    def xp(self):
+        return np
+
+    def symmetric_input(self, **options) -> None:
+        """Collective: check the plan against the job, then allocate ``x`` in symmetric
+        memory (max_local_nodes rows on every rank, the first n_local of them ours)."""
+        check_plan(self.plan, self.comm)
+        self.buffer = self.comm.symmetric(
+            self.plan.max_local_nodes, self.dim, self.dtype, **options
+        )
+        self.x = self.buffer.local[: self.plan.num_local_nodes]
+
+    def __call__(self, op: str = "sum", eps: float = 0.0, out=None):
+        """Collective: aggregate the rows every rank wrote into its ``x``.
+
+        returns out [rows, D] (numpy on the CPU, cupy on the GPU)
+        """
+        check_op(op, self.weighted)
+        shape = (self.rows, self.dim)
+        if out is None:
+            out = self.xp.empty(shape, self.dtype)
+        elif out.shape != shape:
+            raise ValueError(f"out has shape {out.shape}, expected {shape}")
+        if self.buffer is not None:
+            self.buffer.publish()
+        self.run(op, eps, out)
+        self.stats["calls"] += 1
+        return out
+
+    def run(self, op: str, eps: float, out) -> None:
+        raise NotImplementedError
+
+    def count(self, rows: int) -> None:
+        """Record ``rows`` remote rows read."""
+        self.stats["remote_rows"] += rows
+        self.stats["remote_bytes"] += rows * self.dim * self.dtype.itemsize
+
+    def free(self) -> None:
+        """Collective: release the symmetric buffer."""
+        if self.buffer is not None:
+            self.buffer.free()
+            self.buffer = None
+        self.x = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.free()
+
+
+def check_plan(plan: PartitionPlan, comm) -> None:
+    """Raise before any data moves if this rank's plan does not fit the job."""
+    if plan.num_ranks != comm.size:
+        raise PlanMismatchError(
+            f"the plan is for {plan.num_ranks} ranks but the job has {comm.size}"
+        )
+    if plan.rank != comm.rank:
+        raise PlanMismatchError(f"rank {comm.rank} holds the plan of rank {plan.rank}")
+    prints = comm.allgather(plan.fingerprint())
+    if len(set(prints)) != 1:
+        groups = {}
+        for r, f in enumerate(prints):
+            groups.setdefault(f, []).append(r)
+        raise PlanMismatchError(
+            "ranks hold plans of different partitions (bounds, ps or "
+            f"graph differ): {sorted(groups.values())}"
+        )

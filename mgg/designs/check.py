@@ -1,0 +1,191 @@
+"""The check harness: verify designs against the scipy oracle and time them round-robin.
+
+One measurement protocol for everything that times a collective call (``mgg check``,
+``mgg tune``, the Trainer's tuning, bench/): every rank enters each call together
+(barrier), the device is synchronized before the clock stops, and a call's time is the
+slowest rank's, so every rank sees the same numbers and takes the same decisions.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..backend import assign, get_backend, to_host
+from ..graph.dataset import Dataset, random_features
+from ..kernels import OPS, reference
+from ..partition import build_plan
+from . import knobs_for
+
+TOLERANCE = 1e-5  # max |got - scipy| / max(1, max |scipy|)
+EPS = 0.1  # GIN's eps in checks
+
+
+def slowest(comm, seconds) -> np.ndarray:
+    """Per call, the slowest rank's seconds (collective)."""
+    seconds = np.asarray(seconds, np.float64)
+    return seconds if comm is None or comm.size == 1 else comm.allreduce(seconds, "max")
+
+
+def time_round_robin(calls: dict, comm=None, repeat: int = 5, sync=None) -> dict:
+    """{name: [seconds per repeat]}: every call timed ``repeat`` times, round-robin so
+    that they share the machine's noise; collective."""
+    times = {name: [] for name in calls}
+    for _ in range(repeat):
+        for name, fn in calls.items():
+            if comm is not None:
+                comm.barrier()
+            t0 = time.perf_counter()
+            fn()
+            if sync is not None:
+                sync()
+            times[name].append(time.perf_counter() - t0)
+    return {name: slowest(comm, t).tolist() for name, t in times.items()}
+
+
+def median_seconds(fn, comm=None, repeat: int = 3, sync=None, warmup: int = 1) -> float:
+    """Median seconds of ``fn`` after ``warmup`` untimed calls (slowest rank; collective)."""
+    for _ in range(warmup):
+        fn()
+    return float(np.median(time_round_robin({"fn": fn}, comm, repeat, sync)["fn"]))
+
+
+def gather_rows(comm, out) -> np.ndarray | None:
+    """This job's whole [N, D] output on rank 0 (None elsewhere); collective."""
+    got = comm.gather(to_host(out), root=0)
+    return np.concatenate(got) if comm.rank == 0 else None
+
+
+def relative_error(got, want) -> float:
+    return float(np.abs(got - want).max(initial=0.0) / max(1.0, np.abs(want).max(initial=0.0)))
+
+
+def verify_and_time(
+    backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=None
+) -> tuple[list[dict], dict]:
+    """Set up the designs ``names`` of ``backend`` on this rank's ``plan``, write x [n, D]
+    and call each once, gather every output on rank 0 (compared with ref [N, D] there),
+    then time them round-robin. Collective.
+
+    returns (runs: one dict per design, outputs: {name: [N, D]} on rank 0, {} elsewhere)
+    """
+    backend = get_backend(backend)
+    designs = {}
+    try:
+        for name in names:
+            cls = backend.design(name)
+            designs[name] = cls(plan, comm, x.shape[1], **knobs_for(cls, knobs or {}))
+        outs, outputs, errors = {}, {}, {}
+        for name, d in designs.items():
+            assign(d.x, x)
+            outs[name] = d(op, eps=EPS)
+            whole = gather_rows(comm, outs[name])
+            if comm.rank == 0:
+                outputs[name] = whole
+                errors[name] = relative_error(whole, ref) if ref is not None else None
+        errors = comm.bcast(errors)
+        calls = {
+            name: (lambda d=d, o=outs[name]: d(op, eps=EPS, out=o)) for name, d in designs.items()
+        }
+        times = time_round_robin(calls, comm, repeat, backend.sync)
+        runs = []
+        for name, d in designs.items():
+            calls_made = d.stats["calls"]
+            per_call = [float(d.stats[k]) / calls_made for k in ("remote_bytes", "wait_seconds")]
+            total = comm.allreduce(np.array(per_call))
+            err = errors[name]
+            runs.append(
+                {
+                    "design": name,
+                    "op": op,
+                    "ok": err is not None and err < TOLERANCE,
+                    "seconds": float(np.median(times[name])),
+                    "max_rel_error": err,
+                    "remote_bytes": float(total[0]),
+                    "wait_seconds": float(total[1]) / comm.size,
+                    **({"remote_path": d.remote_path} if hasattr(d, "remote_path") else {}),
+                }
+            )
+        return runs, outputs
+    finally:
+        for d in designs.values():
+            d.free()
+
+
+def check(
+    dataset: Dataset,
+    backend,
+    comm,
+    *,
+    ops=OPS,
+    names=None,
+    windows=("auto",),
+    dim: int = 16,
+    ps: int = 16,
+    dist: int = 4,
+    mode: str | None = None,
+    repeat: int = 5,
+    seed: int = 0,
+    outputs=None,
+) -> dict:
+    """``mgg check``: every design of ``backend`` on every op (and MPI window), each
+    verified against scipy on rank 0 and timed. Features are random_features(seed).
+
+    returns {"graph", "np", "dim", "ps", "dist", "backend", "designs": {name: {ok,
+    seconds, window}} (best window), "runs": [...]}; with ``outputs`` (a folder), rank 0
+    saves every gathered [N, D] output there as DESIGN-OP-WINDOW.npy
+    """
+    backend = get_backend(backend)
+    names = list(names or backend.designs())
+    for bad in [o for o in ops if o not in OPS] + [n for n in names if n not in backend.designs()]:
+        raise ValueError(
+            f"unknown op or design {bad!r}; ops: {', '.join(OPS)}; "
+            f"designs: {', '.join(backend.designs())}"
+        )
+    if backend.gpu:
+        windows = ["device"]
+    else:
+        windows = [comm.window if w == "auto" else w for w in windows]
+    g0 = dataset.graph
+    gcn_graph = g0.gcn_norm() if "gcn" in ops else None
+    result = {
+        "graph": dataset.name,
+        "np": comm.size,
+        "dim": dim,
+        "ps": ps,
+        "dist": dist,
+        "backend": backend.name,
+        "designs": {},
+        "runs": [],
+    }
+    if outputs is not None and comm.rank == 0:
+        outputs = Path(outputs)
+        outputs.mkdir(parents=True, exist_ok=True)
+    for op in ops:
+        g = gcn_graph if op == "gcn" else g0
+        plan = build_plan(g, comm.size, ps, rank=comm.rank, transposed=False)
+        x = random_features(seed, plan.lb, plan.ub, dim)
+        ref = None
+        if comm.rank == 0:
+            ref = reference.aggregate(g, random_features(seed, 0, g.num_nodes, dim), op, eps=EPS)
+        for window in windows:
+            knobs = {"dist": dist, "mode": mode, "window": None if backend.gpu else window}
+            runs, outs = verify_and_time(
+                backend, comm, names, plan, x, op, ref=ref, repeat=repeat, knobs=knobs
+            )
+            for run in runs:
+                run["window"] = window
+                result["runs"].append(run)
+                prev = result["designs"].get(run["design"])
+                best = prev is None or run["seconds"] < prev["seconds"]
+                result["designs"][run["design"]] = {
+                    "ok": run["ok"] and (prev is None or prev["ok"]),
+                    "seconds": run["seconds"] if best else prev["seconds"],
+                    "window": window if best else prev["window"],
+                }
+            for name, out in outs.items():
+                if outputs is not None:
+                    np.save(outputs / f"{name}-{op}-{window}.npy", out)
+    return result

@@ -1,0 +1,283 @@
+"""P virtual PEs in one process on one GPU: MGG and the designs it beat, on equal
+hardware. The remote path of the kernel runs for real (peers are other rows of device
+memory, read through a table of base pointers) without several processes or NVSHMEM.
+
+The input ``x`` is the whole [N, D] matrix, PE r's rows at [lb_r, ub_r); a call runs every
+PE's aggregation, one after another, and returns the whole [N, D] output.
+
+  pipelined      MGG: ps-sized partitions, dist interleaving, peers read by pointer (p2p)
+  direct         MGG's "direct NVSHMEM": one partition per node, no interleaving, a
+                 remote read per edge
+  uvm            rows in unified (managed) memory; each PE's own rows prefer the GPU, the
+                 rest prefer the host, so remote reads fault pages over the interconnect
+  dgcl           DGCL-style: a host-initiated bulk gather of the halo into a staging
+                 buffer, then a kernel over local memory only
+  no_interleave  the ablation of Fig. 9: LNPs and RNPs in two separate launches
+"""
+
+from __future__ import annotations
+
+import mmap
+import time
+
+import numpy as np
+
+from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..partition.plan import PartitionPlan
+from .base import Design
+
+
+class VirtualPipelined(Design):
+    """plans: all P PartitionPlans; comm: None (one process holds every PE); knobs: ps
+    (re-cut the plans), dist, wpb. The baselines below subclass it and change where rows
+    live (``prepare``) and how they arrive (``run_pe``)."""
+
+    name = "pipelined"
+    knobs = ("ps", "dist", "wpb")
+
+    def __init__(
+        self,
+        plans: list[PartitionPlan],
+        comm,
+        dim: int,
+        dtype=np.float32,
+        *,
+        ps: int | None = None,
+        dist: int = 4,
+        wpb: int = 4,
+    ):
+        if comm is not None:
+            raise ValueError("virtual PEs share one process: pass comm=None")
+        if np.dtype(dtype) != np.float32:
+            raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
+        import cupy
+
+        self.cupy = cupy
+        self.plans = [p.with_ps(ps) if ps else p for p in plans]
+        super().__init__(self.plans, None, dim, dtype)
+        self.dist, self.wpb = int(dist), int(wpb)
+        self.bounds = self.plans[0].bounds
+        self.dev_id, self.dev = current_device()
+        t0 = time.perf_counter()
+        self.prepare()
+        cupy.cuda.Device().synchronize()
+        self.setup_seconds = time.perf_counter() - t0
+
+    @property
+    def rows(self) -> int:
+        return int(self.bounds[-1])
+
+    @property
+    def weighted(self) -> bool:
+        return self.plans[0].has_weights
+
+    @property
+    def xp(self):
+        return self.cupy
+
+    def prepare(self) -> None:
+        """Allocate x and the per-PE device plans."""
+        cp = self.cupy
+        self.x = cp.zeros((max(self.rows, 1), self.dim), cp.float32)[: self.rows]
+        self.peers = self.peer_table(self.x.data.ptr)
+        self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
+        self.cfgs = [
+            launch_config(
+                p.ps, self.dist, self.wpb, self.dim, p.lnp_node.size, p.rnp_node.size, self.dev
+            )
+            for p in self.plans
+        ]
+
+    def peer_table(self, base: int, extra=()):
+        """uint64 [P + len(extra)]: each PE's first row in the array at ``base``."""
+        row_bytes = self.dim * 4
+        ptrs = [base + int(b) * row_bytes for b in self.bounds[:-1]] + list(extra)
+        return self.cupy.asarray(np.array(ptrs, np.uint64))
+
+    def pe_rows(self, r: int):
+        """PE r's rows of x [n_r, D]."""
+        return self.x[int(self.bounds[r]) : int(self.bounds[r + 1])]
+
+    def run(self, op, eps, out):
+        for r, (p, dp, cfg) in enumerate(zip(self.plans, self.dplans, self.cfgs, strict=True)):
+            self.run_pe(r, dp, cfg, out[p.lb : p.ub], op, eps)
+            self.count(p.num_remote_edges)
+
+    def run_pe(self, r, dp, cfg, out, op, eps) -> None:
+        run(dp, self.pe_rows(r), self.peers, out, op, eps, cfg, self.dev_id)
+
+
+class VirtualDirect(VirtualPipelined):
+    """No neighbor partitioning (a partition is a node's whole neighbor list), no
+    interleaving (dist = 1): every remote edge is one read of a peer's row."""
+
+    name = "direct"
+    knobs = ("wpb",)
+
+    def __init__(self, plans, comm, dim, dtype=np.float32, *, wpb=4):
+        widest = max(
+            int(
+                max(np.diff(p.local_indptr).max(initial=0), np.diff(p.remote_indptr).max(initial=0))
+            )
+            for p in plans
+        )
+        super().__init__(plans, comm, dim, dtype, ps=max(1, widest), dist=1, wpb=wpb)
+
+
+class VirtualDGCL(VirtualPipelined):
+    """Bulk gather of every needed remote row (each once) into a staging buffer by
+    host-initiated copies, then the kernel reads only local memory."""
+
+    name = "dgcl"
+
+    def prepare(self) -> None:
+        super().prepare()
+        cp = self.cupy
+        self.halo = []  # per PE: ([(staging slots, rows of x)] per peer, staging, peer table)
+        for p, dp in zip(self.plans, self.dplans, strict=True):
+            pes = p.halo_pe
+            groups = [
+                (
+                    cp.asarray(np.flatnonzero(pes == pe)),
+                    cp.asarray(int(self.bounds[pe]) + p.halo_row[pes == pe].astype(np.int64)),
+                )
+                for pe in np.unique(pes)
+            ]
+            staging = cp.zeros((max(1, p.num_halo), self.dim), cp.float32)
+            # remote edges read staging slots, through a pseudo-peer P
+            dp.remote_pe = cp.full(p.num_remote_edges, len(self.plans), cp.int32)
+            dp.remote_row = cp.asarray(p.remote_slot.astype(np.int32))
+            peers = self.peer_table(self.x.data.ptr, [staging.data.ptr])
+            self.halo.append((groups, staging, peers))
+
+    def run_pe(self, r, dp, cfg, out, op, eps) -> None:
+        groups, staging, peers = self.halo[r]
+        for slots, rows in groups:  # the bulk exchange: one gather per peer
+            staging[slots] = self.x[rows]
+        run(dp, self.pe_rows(r), peers, out, op, eps, cfg, self.dev_id)
+
+
+CPU_DEVICE_ID = -1  # cudaCpuDeviceId: what a range preferring the host reads back as
+PAGE = mmap.PAGESIZE
+
+
+def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) -> dict:
+    """Managed rows [lb, ub) of PE r preferred on (and prefetched to) the GPU, every other
+    row on the host, all accessed by the GPU; then the preferred location read back, so
+    that advice refused shows. rt: cuda.bindings.runtime (CUDA 13 takes a cudaMemLocation,
+    which CuPy's memAdvise cannot say 'host' with). Returns {"verified", "detail"}."""
+    lb, ub, n = int(bounds[r]), int(bounds[r + 1]), int(bounds[-1])
+    kind = rt.cudaMemLocationType
+    advise = rt.cudaMemoryAdvise
+    problems = []
+
+    def loc(where):
+        m = rt.cudaMemLocation()
+        m.type = kind.cudaMemLocationTypeHost if where == "host" else kind.cudaMemLocationTypeDevice
+        m.id = 0 if where == "host" else device_id
+        return m
+
+    def call(what, fn, *args):
+        try:
+            err, *out = fn(*args)
+        except Exception as e:  # noqa: BLE001 - a binding of another CUDA version
+            problems.append(f"{what}: {type(e).__name__}: {e}")
+            return None
+        if err != rt.cudaError_t.cudaSuccess:
+            problems.append(f"{what}: {err!r}")
+            return None
+        return out
+
+    ranges = [
+        (a, b, where)
+        for a, b, where in ((0, lb, "host"), (lb, ub, device_id), (ub, n, "host"))
+        if b > a
+    ]
+    for a, b, where in ranges:
+        ptr, nbytes = base + a * row_bytes, (b - a) * row_bytes
+        call(
+            "advise preferred",
+            rt.cudaMemAdvise,
+            ptr,
+            nbytes,
+            advise.cudaMemAdviseSetPreferredLocation,
+            loc(where),
+        )
+        call(
+            "advise accessed-by",
+            rt.cudaMemAdvise,
+            ptr,
+            nbytes,
+            advise.cudaMemAdviseSetAccessedBy,
+            loc(device_id),
+        )
+        call("prefetch", rt.cudaMemPrefetchAsync, ptr, nbytes, loc(where), 0, 0)
+    attr = rt.cudaMemRangeAttribute.cudaMemRangeAttributePreferredLocation
+    for a, b, where in ranges:
+        # advice applies to whole CPU pages: read back only the pages no other range shares
+        lo = -(-(base + a * row_bytes) // PAGE) * PAGE
+        hi = (base + b * row_bytes) // PAGE * PAGE
+        if hi <= lo:
+            continue
+        got = call("read back", rt.cudaMemRangeGetAttribute, 4, attr, lo, hi - lo)
+        want = CPU_DEVICE_ID if where == "host" else device_id
+        if got is not None and got[0] != want:
+            problems.append(f"rows [{a}, {b}) prefer {got[0]!r}, not {want}")
+    return {"verified": not problems, "detail": "; ".join(problems) or "as advised"}
+
+
+class VirtualUVM(VirtualPipelined):
+    """x in one managed array; before PE r runs, its rows are advised to the GPU and
+    prefetched, every other row advised to the host: remote reads go to host memory.
+    ``advice`` records whether the placement was verified on every PE (when it is not,
+    every row may sit on the GPU and the design measures nothing of UVM)."""
+
+    name = "uvm"
+
+    def prepare(self) -> None:
+        cp = self.cupy
+        n = self.rows
+        nbytes = max(n * self.dim * 4, 4)
+        free, _ = cp.cuda.runtime.memGetInfo()
+        if nbytes > 0.9 * free:
+            raise MemoryError(
+                f"UVM needs {nbytes / 2**30:.1f} GiB of managed memory but "
+                f"the GPU has {free / 2**30:.1f} GiB free"
+            )
+        mem = cp.cuda.ManagedMemory(nbytes)
+        whole = cp.ndarray((max(n, 1), self.dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+        self.x = whole[:n]
+        self.peers = self.peer_table(whole.data.ptr)
+        self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
+        self.cfgs = [
+            launch_config(
+                p.ps, self.dist, self.wpb, self.dim, p.lnp_node.size, p.rnp_node.size, self.dev
+            )
+            for p in self.plans
+        ]
+        self.advice = {"verified": True, "detail": "as advised"}  # until a PE's is not
+        try:
+            from cuda.bindings import runtime as rt
+        except ImportError as e:
+            rt = None
+            self.advice = {"verified": False, "detail": f"cuda.bindings unavailable: {e}"}
+        self._rt = rt
+        self._base = whole.data.ptr
+
+    def run_pe(self, r, dp, cfg, out, op, eps) -> None:
+        if self._rt is not None:
+            got = place_rows(self._rt, self._base, self.dim * 4, self.bounds, r, self.dev_id)
+            if self.advice["verified"] and not got["verified"]:
+                self.advice = {"verified": False, "detail": f"PE {r}: {got['detail']}"}
+        super().run_pe(r, dp, cfg, out, op, eps)
+
+
+class VirtualNoInterleave(VirtualPipelined):
+    """MGG without interleaving (Fig. 9): all LNPs in one launch, then all RNPs in a
+    second, so local and remote work no longer share the SMs."""
+
+    name = "no_interleave"
+
+    def run_pe(self, r, dp, cfg, out, op, eps) -> None:
+        for parts in ("local", "remote"):
+            run(dp, self.pe_rows(r), self.peers, out, op, eps, cfg, self.dev_id, parts=parts)

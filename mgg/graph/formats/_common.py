@@ -1,0 +1,101 @@
+"""Helpers shared by the format modules: errors, file opening, names, symmetry checks."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from ..core import Graph, GraphError
+
+WRITE_ROWS = 1 << 20
+MAX_ID = 10**18
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+DIGITS_WS = b"0123456789 \t\r\n"
+BOM = b"\xef\xbb\xbf"
+BEG_SUFFIX = "_beg_pos.bin"
+CSR_SUFFIX = "_csr.bin"
+
+
+def err(path, where: str, problem: str) -> GraphError:
+    return GraphError(f"{path}: {where}: {problem}")
+
+
+def show(token: bytes) -> str:
+    text = token[:40].decode("utf-8", "replace")
+    return repr(text + ("..." if len(token) > 40 else ""))
+
+
+def open_binary(path: str):
+    """A binary reader of ``path``, transparently gunzipped when it starts with gzip magic."""
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.close()
+        return gzip.open(path, "rb")
+    f.seek(0)
+    return f
+
+
+def open_write(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "wb", compresslevel=6)
+    return open(path, "wb")
+
+
+def stem(path: str) -> str:
+    name = os.path.basename(os.fspath(path))
+    for suffix in (".gz", BEG_SUFFIX, CSR_SUFFIX):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return Path(name).stem if "." in name else name
+
+
+def _rows_sorted(g: Graph) -> bool:
+    if g.num_edges < 2:
+        return True
+    desc = np.diff(g.indices.astype(np.int64)) < 0
+    starts = g.indptr[1:-1]
+    starts = starts[(starts > 0) & (starts < g.num_edges)]
+    desc[starts - 1] = False
+    return not desc.any()
+
+
+def _canonical_rows(g: Graph) -> Graph:
+    """g with each row ordered by (source, weight)."""
+    rows = np.repeat(np.arange(g.num_nodes), g.in_degrees())
+    order = np.lexsort((g.weights, g.indices, rows))
+    return Graph(g.indptr, g.indices[order], g.weights[order], g.num_nodes, check=False)
+
+
+def find_asymmetry(g: Graph):
+    """None when g equals its transpose (weights included), else (u, v): u->v lacks a twin."""
+    s = g if _rows_sorted(g) else g.sort_rows()
+    t = Graph(g.indptr, g.indices, g.weights, g.num_nodes, check=False).transpose()
+    ds, dt = np.diff(s.indptr), np.diff(t.indptr)
+    if not np.array_equal(ds, dt):
+        v = int(np.flatnonzero(ds != dt)[0])
+    else:
+        if g.weights is not None and not (
+            np.array_equal(s.indices, t.indices) and np.array_equal(s.weights, t.weights)
+        ):
+            s, t = _canonical_rows(s), _canonical_rows(t)
+        differ = s.indices != t.indices
+        if g.weights is not None:
+            differ |= s.weights != t.weights
+        if not differ.any():
+            return None
+        v = int(np.searchsorted(s.indptr, int(np.flatnonzero(differ)[0]), side="right")) - 1
+
+    def row(h):
+        a, b = h.indptr[v], h.indptr[v + 1]
+        ws = h.weights[a:b].tolist() if h.weights is not None else [None] * int(b - a)
+        return Counter(zip(h.indices[a:b].tolist(), ws, strict=True))
+
+    rs, rt = row(s), row(t)
+    extra = rs - rt
+    if extra:
+        return int(min(extra, key=lambda k: k[0])[0]), v
+    return v, int(min(rt - rs, key=lambda k: k[0])[0])

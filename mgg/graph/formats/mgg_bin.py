@@ -1,0 +1,86 @@
+"""The MGG artifact's binary CSR: ``<prefix>_beg_pos.bin`` + ``<prefix>_csr.bin``, raw
+little-endian int64."""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+
+from ..core import Graph, GraphError
+from ._common import BEG_SUFFIX, CSR_SUFFIX, err
+
+__all__ = ["read_mgg_bin", "write_mgg_bin"]
+
+
+def _mgg_paths(prefix_or_path) -> tuple[str, str]:
+    p = os.fspath(prefix_or_path)
+    for suffix in (BEG_SUFFIX, CSR_SUFFIX):
+        if p.endswith(suffix):
+            p = p[: -len(suffix)]
+            break
+    return p + BEG_SUFFIX, p + CSR_SUFFIX
+
+
+def _read_int64(path: str) -> np.ndarray:
+    size = os.path.getsize(path)
+    if size % 8:
+        raise err(
+            path,
+            f"byte offset {size - size % 8}",
+            f"file size {size} bytes is not a multiple of 8 (int64 entries): "
+            f"{size % 8} trailing bytes",
+        )
+    return np.fromfile(path, dtype="<i8")
+
+
+def read_mgg_bin(prefix_or_path) -> Graph:
+    """Read the MGG artifact's CSR: ``<prefix>_beg_pos.bin`` int64 [N+1] and
+    ``<prefix>_csr.bin`` int64 [E] (raw little-endian). Accepts the prefix or either file.
+    """
+    beg_path, csr_path = _mgg_paths(prefix_or_path)
+    beg = _read_int64(beg_path)
+    csr = _read_int64(csr_path)
+    if beg.size == 0:
+        raise err(beg_path, "byte offset 0", "empty file; beg_pos needs N+1 >= 1 entries")
+    if beg[0] != 0:
+        raise err(beg_path, "element 0 (byte offset 0)", f"beg_pos[0] is {beg[0]}, expected 0")
+    dec = np.flatnonzero(np.diff(beg) < 0)
+    if dec.size:
+        i = int(dec[0]) + 1
+        raise err(
+            beg_path,
+            f"element {i} (byte offset {8 * i})",
+            f"beg_pos is not monotone: beg_pos[{i}] = {beg[i]} < beg_pos[{i - 1}] = {beg[i - 1]}",
+        )
+    n = beg.size - 1
+    if beg[-1] != csr.size:
+        raise err(
+            beg_path,
+            f"element {n} (byte offset {8 * n})",
+            f"last entry beg_pos[{n}] = {beg[-1]} but {csr_path} holds {csr.size} entries",
+        )
+    out = np.flatnonzero((csr < 0) | (csr >= n))
+    if out.size:
+        i = int(out[0])
+        raise err(
+            csr_path, f"element {i} (byte offset {8 * i})", f"node id {csr[i]} is outside [0, {n})"
+        )
+    try:
+        return Graph(beg, csr, None, n)
+    except GraphError as e:
+        raise GraphError(f"{beg_path}: {e}") from e
+
+
+def write_mgg_bin(graph: Graph, prefix) -> tuple[str, str]:
+    """Write ``<prefix>_beg_pos.bin`` and ``<prefix>_csr.bin`` (int64); returns both paths.
+
+    The format has no weights: a weighted graph is written without them (with a warning).
+    """
+    beg_path, csr_path = _mgg_paths(prefix)
+    if graph.weights is not None:
+        warnings.warn("the MGG binary CSR stores no edge weights; they are dropped", stacklevel=2)
+    graph.indptr.astype("<i8").tofile(beg_path)
+    graph.indices.astype("<i8").tofile(csr_path)
+    return beg_path, csr_path

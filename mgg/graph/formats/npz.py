@@ -1,0 +1,239 @@
+"""The ``.npz`` dataset layout of ``shared/data`` (see its MANIFEST.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+import zlib
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..core import Graph, GraphError
+from ..dataset import Dataset
+from ._common import FLOAT32_MAX, err, find_asymmetry, stem
+
+__all__ = ["read_npz", "write_npz"]
+
+_NODE_KEYS = ("y", "train_mask", "val_mask", "test_mask")
+_SPARSE_X = ("x_indptr", "x_indices", "x_data", "x_shape")
+
+
+def read_npz(path) -> Dataset:
+    """Read the ``shared/data`` npz layout into a Dataset (sparse features stay sparse).
+
+    Keys: ``indptr`` int [N+1], ``indices`` int [E], optional ``weights`` float [E], ``x``
+    float [N, F] or ``x_indptr/x_indices/x_data/x_shape`` (CSR), ``y`` int [N], bool [N]
+    masks, ``meta`` (0-d JSON string). ``meta["directed"] is False`` marks the graph
+    symmetric (checked).
+    """
+    path = os.fspath(path)
+    try:
+        z = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise err(path, "byte offset 0", f"not a readable .npz archive ({e})") from e
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise err(path, "byte offset 0", "holds a single .npy array, not an .npz archive")
+    with z:
+        keys = set(z.files)
+        arrays = {k: _npz_get(path, z, k) for k in sorted(keys)}
+    for k in ("indptr", "indices"):
+        if k not in arrays:
+            raise err(path, f"key {k!r}", f"missing (keys present: {sorted(keys)})")
+    meta = _npz_meta(path, arrays.get("meta"))
+    for k in ("indptr", "indices"):
+        a = arrays[k]
+        if a.ndim != 1 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+            raise err(path, f"key {k!r}", f"expected a 1-D integer array, got {a.dtype} {a.shape}")
+    weights = arrays.get("weights")
+    if weights is not None and (weights.dtype.kind not in "fiu" or weights.ndim != 1):
+        raise err(
+            path,
+            "key 'weights'",
+            f"expected a 1-D float array, got {weights.dtype} {weights.shape}",
+        )
+    try:
+        g = Graph(arrays["indptr"], arrays["indices"], weights)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from e
+    n = g.num_nodes
+    if meta.get("directed") is False:
+        asym = find_asymmetry(g)
+        if asym is not None:
+            u, v = asym
+            raise err(
+                path,
+                "key 'indices'",
+                f"meta says the graph is undirected but edge {u}->{v} has no reverse edge {v}->{u}",
+            )
+        g.symmetric = True
+    x = _npz_features(path, arrays, n)
+    for k in _NODE_KEYS:
+        a = arrays.get(k)
+        if a is not None and a.shape != (n,):
+            raise err(path, f"key {k!r}", f"shape {a.shape}, expected ({n},) (one per node)")
+    if "y" in arrays and not np.issubdtype(arrays["y"].dtype, np.integer):
+        raise err(path, "key 'y'", f"labels must be integers, got {arrays['y'].dtype}")
+    for k in _NODE_KEYS[1:]:
+        if k in arrays and arrays[k].dtype != bool:
+            raise err(path, f"key {k!r}", f"masks must be bool, got {arrays[k].dtype}")
+    name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
+    num_classes = meta.get("num_classes")
+    if not isinstance(num_classes, int) or isinstance(num_classes, bool):
+        num_classes = None
+    try:
+        return Dataset(
+            name, g, x, *(arrays.get(k) for k in _NODE_KEYS), num_classes=num_classes, meta=meta
+        )
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from e
+
+
+def _npz_get(path, z, key):
+    try:
+        return z[key]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        raise err(path, f"key {key!r}", f"cannot be read ({e})") from e
+
+
+def _npz_meta(path, a) -> dict:
+    if a is None:
+        return {}
+    if a.ndim != 0 or a.dtype.kind not in "US":
+        raise err(path, "key 'meta'", f"expected a 0-d JSON string, got {a.dtype} {a.shape}")
+    text = a.item()
+    try:
+        meta = json.loads(text.decode() if isinstance(text, bytes) else text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise err(path, "key 'meta'", f"not valid JSON ({e})") from e
+    if not isinstance(meta, dict):
+        raise err(path, "key 'meta'", f"expected a JSON object, got {type(meta).__name__}")
+    return meta
+
+
+def _npz_features(path, arrays, n):
+    sparse_keys = [k for k in _SPARSE_X if k in arrays]
+    if "x" in arrays:
+        if sparse_keys:
+            raise err(path, "key 'x'", f"both dense 'x' and sparse {sparse_keys} are present")
+        x = arrays["x"]
+        if x.ndim != 2 or x.shape[0] != n or x.dtype.kind not in "fiub":
+            raise err(
+                path, "key 'x'", f"expected numeric features [{n}, F], got {x.dtype} {x.shape}"
+            )
+        if x.dtype.kind == "f":
+            bad = ~np.isfinite(x) if x.dtype.itemsize <= 4 else ~(np.abs(x) <= FLOAT32_MAX)
+            if bad.any():
+                r, c = (int(i) for i in np.argwhere(bad)[0])
+                raise err(
+                    path, "key 'x'", f"x[{r}, {c}] is {x[r, c]}; features must be finite float32"
+                )
+        return x
+    if not sparse_keys:
+        return None
+    missing = [k for k in _SPARSE_X if k not in arrays]
+    if missing:
+        raise err(
+            path, f"key {missing[0]!r}", f"missing; sparse features need all of {list(_SPARSE_X)}"
+        )
+    ptr, ind, data, shape = (arrays[k] for k in _SPARSE_X)
+    for k, a in zip(_SPARSE_X, (ptr, ind, data, shape), strict=True):
+        kinds = "fiu" if k == "x_data" else "iu"
+        if a.ndim != 1 or (a.dtype.kind not in kinds and a.size):
+            raise err(
+                path,
+                f"key {k!r}",
+                f"expected a 1-D {'numeric' if k == 'x_data' else 'integer'} array, got "
+                f"{a.dtype} {a.shape}",
+            )
+    if shape.size != 2 or shape.min() < 0:
+        raise err(path, "key 'x_shape'", f"expected [rows, cols] >= 0, got {shape.tolist()}")
+    rows, cols = int(shape[0]), int(shape[1])
+    if rows != n:
+        raise err(path, "key 'x_shape'", f"{rows} feature rows, expected {n} (one per node)")
+    if ptr.size != rows + 1:
+        raise err(path, "key 'x_indptr'", f"{ptr.size} entries, expected x_shape[0]+1 = {rows + 1}")
+    if ptr[0] != 0:
+        raise err(path, "key 'x_indptr'", f"x_indptr[0] is {ptr[0]}, expected 0")
+    dec = np.flatnonzero(np.diff(ptr) < 0)
+    if dec.size:
+        i = int(dec[0]) + 1
+        raise err(
+            path,
+            "key 'x_indptr'",
+            f"not monotone: x_indptr[{i}] = {ptr[i]} < x_indptr[{i - 1}] = {ptr[i - 1]}",
+        )
+    if ptr[-1] != ind.size:
+        raise err(
+            path,
+            "key 'x_indptr'",
+            f"x_indptr[-1] is {ptr[-1]} but x_indices has {ind.size} entries",
+        )
+    if data.size != ind.size:
+        raise err(path, "key 'x_data'", f"{data.size} entries but x_indices has {ind.size}")
+    out = np.flatnonzero((ind < 0) | (ind >= cols))
+    if out.size:
+        i = int(out[0])
+        raise err(path, "key 'x_indices'", f"x_indices[{i}] = {ind[i]} is outside [0, {cols})")
+    bad = np.flatnonzero(~(np.abs(data) <= FLOAT32_MAX))
+    if bad.size:
+        i = int(bad[0])
+        r = int(np.searchsorted(ptr, i, side="right")) - 1
+        raise err(
+            path,
+            "key 'x_data'",
+            f"x_data[{i}] (row {r}) is {data[i]}; features must be finite float32",
+        )
+    return sp.csr_matrix((data.astype(np.float32, copy=False), ind, ptr), shape=(rows, cols))
+
+
+def _json_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"meta value of type {type(o).__name__} is not JSON serializable")
+
+
+def write_npz(dataset: Dataset, path) -> None:
+    """Write a Dataset in the ``shared/data`` layout (compressed; sparse x as x_* CSR keys).
+
+    ``meta`` gets name, num_nodes, num_edges, num_classes and ``directed`` (False only when
+    the graph is marked symmetric).
+    """
+    path = os.fspath(path)
+    g = dataset.graph
+    arrays = {"indptr": g.indptr.astype(np.int64, copy=False), "indices": g.indices}
+    if g.weights is not None:
+        arrays["weights"] = g.weights
+    x = dataset.x
+    if x is not None and sp.issparse(x):
+        x = sp.csr_matrix(x)
+        arrays.update(
+            x_indptr=x.indptr.astype(np.int64),
+            x_indices=x.indices.astype(np.int32),
+            x_data=x.data.astype(np.float32),
+            x_shape=np.array(x.shape, dtype=np.int64),
+        )
+    elif x is not None:
+        arrays["x"] = np.asarray(x, dtype=np.float32)
+    for k in _NODE_KEYS:
+        a = getattr(dataset, k)
+        if a is not None:
+            arrays[k] = a
+    meta = dict(dataset.meta)
+    meta.update(name=dataset.name, num_nodes=g.num_nodes, num_edges=g.num_edges)
+    if dataset.num_classes is not None:
+        meta["num_classes"] = int(dataset.num_classes)
+    if g.symmetric:
+        meta["directed"] = False
+    elif g.symmetric is False:
+        meta["directed"] = True
+    elif meta.get("directed") is False:
+        del meta["directed"]
+    arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)

@@ -1,0 +1,89 @@
+"""Graph specs of the command line: a file, a stand-in name, ``rmat:...`` or ``planted:...``."""
+
+from __future__ import annotations
+
+import os
+
+from .dataset import Dataset
+from .formats import read_dataset
+from .generators import STANDINS, planted_partition, rmat, standin
+
+__all__ = ["resolve"]
+
+_STANDIN_KEYS = ("scale", "seed", "features")
+_RMAT_KEYS = ("scale", "ef", "seed", "directed", "a", "b", "c")
+_PLANTED_KEYS = ("nodes", "classes", "degree", "features", "p_in", "noise", "seed")
+
+
+def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
+    """A Dataset from a CLI spec.
+
+    ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale`` applies when the spec
+    has none); ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
+    ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
+    path of an existing file, or the prefix of ``*_beg_pos.bin`` (read by
+    ``mgg.graph.formats.read_dataset``; an existing file wins over a name). Unknown names or
+    keys raise ValueError listing the valid ones.
+    """
+    if os.path.isfile(spec) or os.path.isfile(spec + "_beg_pos.bin"):
+        return read_dataset(spec)
+    name, _, rest = spec.partition(":")
+    name = name.strip().lower()
+    kv = _parse_kv(rest, spec)
+    if name in STANDINS:
+        _check_keys(kv, _STANDIN_KEYS, name)
+        s = kv.get("scale", 1.0 if scale is None else scale)
+        return standin(
+            name,
+            float(s),
+            int(kv.get("seed", seed)),
+            with_features=bool(int(kv.get("features", 1))),
+        )
+    if name == "rmat":
+        _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
+        k, ef, sd = int(kv["scale"]), int(kv.get("ef", 16)), int(kv.get("seed", seed))
+        directed = bool(int(kv.get("directed", 0)))
+        abc = {x: float(kv[x]) for x in "abc" if x in kv}
+        g = rmat(k, ef, seed=sd, symmetric=not directed, **abc)
+        params = dict(scale=k, edge_factor=ef, seed=sd, directed=directed, **abc)
+        return Dataset(f"rmat-s{k}-ef{ef}", g, meta={"generator": "rmat", "params": params})
+    if name == "planted":
+        _check_keys(kv, _PLANTED_KEYS, name, required=("nodes", "classes"))
+        return planted_partition(
+            int(kv["nodes"]),
+            int(kv["classes"]),
+            avg_degree=float(kv.get("degree", 10)),
+            p_in=float(kv.get("p_in", 0.8)),
+            num_features=int(kv.get("features", 32)),
+            feature_noise=float(kv.get("noise", 1.0)),
+            seed=int(kv.get("seed", seed)),
+        )
+    raise ValueError(
+        f"unknown graph {spec!r}: not an existing file, and not one of "
+        f"{', '.join(STANDINS)}, rmat, planted"
+    )
+
+
+def _parse_kv(text: str, spec: str) -> dict[str, float]:
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, val = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError
+            num = float(val)
+        except ValueError:
+            raise ValueError(f"bad item {item!r} in {spec!r}: expected key=number") from None
+        out[key.strip().lower()] = int(num) if num.is_integer() and "." not in val else num
+    return out
+
+
+def _check_keys(kv, valid, name, required=()):
+    bad = sorted(set(kv) - set(valid))
+    if bad:
+        raise ValueError(
+            f"unknown key(s) {', '.join(bad)} for {name!r}; valid keys: {', '.join(valid)}"
+        )
+    missing = [k for k in required if k not in kv]
+    if missing:
+        raise ValueError(f"{name!r} needs {', '.join(missing)}; valid keys: {', '.join(valid)}")
