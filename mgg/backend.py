@@ -18,6 +18,10 @@ import platform
 import numpy as np
 import scipy.sparse as sp
 
+from .comm import get_comm
+from .designs import design_names, get_design
+from .tuner.model import cpu_device
+
 NAMES = ("cpu", "cuda")
 
 
@@ -97,8 +101,6 @@ class Backend:
         here on a failing rank aborts the job; cuda then takes NVSHMEM for device memory
         when there are peers, or when the kernel reads through NVSHMEM gets (``mode``
         'get', even on one PE). window: the MPI window mode ('auto', 'shm', 'rma')."""
-        from .comm import get_comm
-
         world = get_comm("mpi", window=window)
         if self.gpu and (world.size > 1 or mode == "get"):
             return get_comm("nvshmem")
@@ -106,13 +108,9 @@ class Backend:
 
     def design(self, name: str):
         """The design class ``name`` of this backend (mgg.designs)."""
-        from .designs import get_design
-
         return get_design(self.name, name)
 
     def designs(self) -> list[str]:
-        from .designs import design_names
-
         return design_names(self.name)
 
     def device(self):
@@ -122,8 +120,6 @@ class Backend:
 
             return current_device()[1]
         import numba
-
-        from .tuner import cpu_device
 
         return cpu_device(numba.config.NUMBA_NUM_THREADS)
 
