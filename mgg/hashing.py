@@ -8,8 +8,10 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["mix64", "key64"]
+__all__ = ["GOLDEN", "mix64", "key64"]
 
+# the Weyl increment that spaces counters of a stream apart before mixing
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _KEY0 = 0x243F6A8885A308D3

@@ -38,10 +38,11 @@ def virtual(design, plans, x, op, eps=0.0, **knobs):
     """The whole [N, D] output of a design over P virtual PEs on this GPU (numpy)."""
     import cupy
 
+    from mgg.backend import assign
     from mgg.designs import get_design
 
     d = get_design("virtual", design)(plans, None, x.shape[1], **knobs)
-    d.x[...] = cupy.asarray(x)
+    assign(d.x, x)
     return cupy.asnumpy(d(op, eps))
 
 
@@ -418,13 +419,14 @@ def test_memcheck_is_clean(tmp_path):
     script.write_text(
         textwrap.dedent("""
         import cupy, numpy as np
+        from mgg.backend import assign
         from mgg.designs import get_design
         from mgg.graph.generators import rmat
         from mgg.partition import build_plan
         g = rmat(8, 8).gcn_norm()
         x = np.random.default_rng(0).standard_normal((g.num_nodes, 20)).astype(np.float32)
         d = get_design("virtual", "pipelined")(build_plan(g, 3, 7), None, 20, dist=3, wpb=2)
-        d.x[...] = cupy.asarray(x)
+        assign(d.x, x)
         for op in ("sum", "gcn", "gin", "mean"):
             d(op)
         cupy.cuda.Device().synchronize()

@@ -287,7 +287,7 @@ def test_resolve_rmat_and_planted():
     assert abs(p.graph.num_edges - 3600) <= 1
 
 
-def test_resolve_file(tmp_path, monkeypatch):
+def test_resolve_file(tmp_path):
     g = rmat(6, 4, seed=1)
     write_edgelist(g, tmp_path / "g.txt")
     ds = resolve(str(tmp_path / "g.txt"))

@@ -114,6 +114,7 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     import cupy
     import torch
 
+    from mgg.backend import assign
     from mgg.designs import get_design
     from mgg.graph.dataset import random_features
     from mgg.partition import build_plan
@@ -130,7 +131,7 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     pipelined = get_design("virtual", "pipelined")
     designs = {c: pipelined([by_ps[c[0]]], None, d, dist=c[1], wpb=c[2]) for c in SWEEP}
     for des in designs.values():
-        des.x[...] = cupy.asarray(x)
+        assign(des.x, x)
     fns = {
         f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des(op))
         for c, des in designs.items()

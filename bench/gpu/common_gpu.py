@@ -187,6 +187,7 @@ def time_designs(
     UVM design's placement under 'uvm_advice'."""
     import cupy
 
+    from mgg.backend import assign
     from mgg.designs import get_design
     from mgg.graph.dataset import random_features
     from mgg.partition import build_plan
@@ -198,7 +199,7 @@ def time_designs(
     for name in names:
         kw = dict((knobs or {}).get(name, {}))
         designs[name] = get_design("virtual", kw.pop("design", name))(plans, None, dim, **kw)
-        designs[name].x[...] = cupy.asarray(x)
+        assign(designs[name].x, x)
     if check:
         for name, d in designs.items():
             check_output(g, x, op, cupy.asnumpy(d(op)), label=name)

@@ -34,16 +34,17 @@ class CpuDesign(Design):
     def weights(self, op: str, which: str):
         return getattr(self.plan, f"{which}_weights") if op == "gcn" else None
 
-    def local(self, op, k0, k1, out) -> None:
-        """Aggregate LNPs [k0, k1) from this rank's rows."""
-        p = self.plan
+    def local(self, op, k0, k1, out, plan=None) -> None:
+        """Aggregate LNPs [k0, k1) from this rank's rows. ``plan``: the design's plan cut
+        with another ps (same edges, so the same weights)."""
+        p = plan or self.plan
         cpu.accumulate(
             p.lnp_ptr, p.lnp_node, k0, k1, p.local_indices, self.weights(op, "local"), self.x, out
         )
 
-    def remote(self, op, k0, k1, index, rows, out) -> None:
+    def remote(self, op, k0, k1, index, rows, out, plan=None) -> None:
         """Aggregate RNPs [k0, k1); remote edge e reads ``rows[index[e]]``."""
-        p = self.plan
+        p = plan or self.plan
         cpu.accumulate(p.rnp_ptr, p.rnp_node, k0, k1, index, self.weights(op, "remote"), rows, out)
 
 

@@ -22,10 +22,7 @@ class Direct(CpuDesign):
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, block_nodes: int = 32):
         super().__init__(plan, comm, dim, dtype, window=window)
         p = plan
-        widest_row = max(
-            np.diff(p.remote_indptr).max(initial=0), np.diff(p.local_indptr).max(initial=0)
-        )
-        q = self.node_plan = p.with_ps(max(1, int(widest_row)))
+        q = self.node_plan = p.with_ps(max(1, p.widest_row))
         n = p.num_local_nodes
         cuts = np.arange(0, n + block_nodes, block_nodes).clip(max=n)
         pe_all, row_all = p.remote_pe, p.remote_row
@@ -51,17 +48,7 @@ class Direct(CpuDesign):
     def run(self, op, eps, out):
         q = self.node_plan
         cpu.init_out(op, self.x, out, eps)
-        cpu.accumulate(
-            q.lnp_ptr,
-            q.lnp_node,
-            0,
-            q.lnp_node.size,
-            q.local_indices,
-            self.weights(op, "local"),
-            self.x,
-            out,
-        )
-        w = self.weights(op, "remote")
+        self.local(op, 0, q.lnp_node.size, out, plan=q)
         for k0, k1, sels in self.blocks:
             t0 = time.perf_counter()
             for sel in sels:
@@ -70,7 +57,7 @@ class Direct(CpuDesign):
                     req.Wait()
                 self.count(sel.size)
             self.stats["wait_seconds"] += time.perf_counter() - t0
-            cpu.accumulate(q.rnp_ptr, q.rnp_node, k0, k1, self.edge_pos, w, self.staging, out)
+            self.remote(op, k0, k1, self.edge_pos, self.staging, out, plan=q)
         cpu.finalize(op, self.in_degrees, out)
 
     def free(self):

@@ -76,10 +76,10 @@ class VirtualPipelined(Design):
         return self.cupy
 
     def prepare(self) -> None:
-        """Allocate x and the per-PE device plans."""
-        cp = self.cupy
-        self.x = cp.zeros((max(self.rows, 1), self.dim), cp.float32)[: self.rows]
-        self.peers = self.peer_table(self.x.data.ptr)
+        """Allocate x (``allocate``), the per-PE device plans and launch configs."""
+        whole = self.allocate()
+        self.x = whole[: self.rows]
+        self.peers = self.peer_table(whole.data.ptr)
         self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
         self.cfgs = [
             launch_config(
@@ -87,6 +87,10 @@ class VirtualPipelined(Design):
             )
             for p in self.plans
         ]
+
+    def allocate(self):
+        """The device array [max(N, 1), D] that x is the first N rows of."""
+        return self.cupy.zeros((max(self.rows, 1), self.dim), self.cupy.float32)
 
     def peer_table(self, base: int, extra=()):
         """uint64 [P + len(extra)]: each PE's first row in the array at ``base``."""
@@ -115,12 +119,7 @@ class VirtualDirect(VirtualPipelined):
     knobs = ("wpb",)
 
     def __init__(self, plans, comm, dim, dtype=np.float32, *, wpb=4):
-        widest = max(
-            int(
-                max(np.diff(p.local_indptr).max(initial=0), np.diff(p.remote_indptr).max(initial=0))
-            )
-            for p in plans
-        )
+        widest = max(p.widest_row for p in plans)
         super().__init__(plans, comm, dim, dtype, ps=max(1, widest), dist=1, wpb=wpb)
 
 
@@ -234,10 +233,9 @@ class VirtualUVM(VirtualPipelined):
 
     name = "uvm"
 
-    def prepare(self) -> None:
+    def allocate(self):
         cp = self.cupy
-        n = self.rows
-        nbytes = max(n * self.dim * 4, 4)
+        nbytes = max(self.rows * self.dim * 4, 4)
         free, _ = cp.cuda.runtime.memGetInfo()
         if nbytes > 0.9 * free:
             raise MemoryError(
@@ -245,16 +243,8 @@ class VirtualUVM(VirtualPipelined):
                 f"the GPU has {free / 2**30:.1f} GiB free"
             )
         mem = cp.cuda.ManagedMemory(nbytes)
-        whole = cp.ndarray((max(n, 1), self.dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
-        self.x = whole[:n]
-        self.peers = self.peer_table(whole.data.ptr)
-        self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
-        self.cfgs = [
-            launch_config(
-                p.ps, self.dist, self.wpb, self.dim, p.lnp_node.size, p.rnp_node.size, self.dev
-            )
-            for p in self.plans
-        ]
+        whole = cp.ndarray((max(self.rows, 1), self.dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+        self._base = whole.data.ptr
         self.advice = {"verified": True, "detail": "as advised"}  # until a PE's is not
         try:
             from cuda.bindings import runtime as rt
@@ -262,7 +252,7 @@ class VirtualUVM(VirtualPipelined):
             rt = None
             self.advice = {"verified": False, "detail": f"cuda.bindings unavailable: {e}"}
         self._rt = rt
-        self._base = whole.data.ptr
+        return whole
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
         if self._rt is not None:

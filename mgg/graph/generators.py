@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ..hashing import mix64
+from ..hashing import GOLDEN, mix64
 from .core import Graph, index_dtype
 from .dataset import Dataset, make_split
 
@@ -30,7 +30,6 @@ __all__ = [
     "standin_edge_cap",
 ]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LO32 = np.uint64(0xFFFFFFFF)
 _IDX_MASK = np.int64(0xFFFFFFFF)
 _CHUNK = 1 << 22
@@ -70,7 +69,7 @@ def _rmat_fill(e0, src, dst, scale, ta, tab, tabc, key, perm, n):
         r = np.uint64(0)
         for lvl in range(scale):
             if lvl % 2 == 0:
-                r = mix64(key + (base + np.uint64(lvl // 2 + 1)) * _GOLDEN)
+                r = mix64(key + (base + np.uint64(lvl // 2 + 1)) * GOLDEN)
                 x = r & _LO32
             else:
                 x = r >> np.uint64(32)
@@ -93,7 +92,7 @@ def _rewire_fill(e0, src, dst, scale, key, threshold, order, pos, num_classes):
     words = _words_per_edge(scale)
     n = order.size
     for t in numba.prange(src.size):
-        r = mix64(key + np.uint64(e0 + t) * np.uint64(words) * _GOLDEN)
+        r = mix64(key + np.uint64(e0 + t) * np.uint64(words) * GOLDEN)
         if (r & _LO32) < threshold:
             pv = pos[dst[t]]
             j = pv - pv % num_classes + pos[src[t]] % num_classes
@@ -550,9 +549,9 @@ def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass):
     total = cum[n - 1]
     for t in numba.prange(src.size):
         base = np.uint64(t) * np.uint64(3)
-        r0 = _uniform(mix64(key + base * _GOLDEN))
-        r1 = mix64(key + (base + np.uint64(1)) * _GOLDEN)
-        r2 = _uniform(mix64(key + (base + np.uint64(2)) * _GOLDEN))
+        r0 = _uniform(mix64(key + base * GOLDEN))
+        r1 = mix64(key + (base + np.uint64(1)) * GOLDEN)
+        r2 = _uniform(mix64(key + (base + np.uint64(2)) * GOLDEN))
         u = order[min(np.searchsorted(cum, r0 * total, side="right"), n - 1)]
         c = y[u]
         if (r1 & _LO32) < t_in:

@@ -6,6 +6,7 @@ import os
 
 from .dataset import Dataset
 from .formats import read_dataset
+from .formats._common import BEG_SUFFIX
 from .generators import STANDINS, planted_partition, rmat, standin
 
 __all__ = ["resolve"]
@@ -25,7 +26,7 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     ``mgg.graph.formats.read_dataset``; an existing file wins over a name). Unknown names or
     keys raise ValueError listing the valid ones.
     """
-    if os.path.isfile(spec) or os.path.isfile(spec + "_beg_pos.bin"):
+    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX):
         return read_dataset(spec)
     name, _, rest = spec.partition(":")
     name = name.strip().lower()

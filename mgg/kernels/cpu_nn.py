@@ -9,7 +9,7 @@ import math
 import numba
 import numpy as np
 
-from ..hashing import mix64
+from ..hashing import GOLDEN, mix64
 
 
 def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
@@ -38,11 +38,7 @@ def softmax_ce(logits, y, mask):
 
 @numba.njit(cache=True, inline="always")
 def _keep(key, row, col, ncols, threshold):
-    z = mix64(
-        key
-        + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1))
-        * np.uint64(0x9E3779B97F4A7C15)
-    )
+    z = mix64(key + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1)) * GOLDEN)
     return np.uint32(z >> np.uint64(32)) >= threshold
 
 

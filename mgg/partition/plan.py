@@ -99,6 +99,17 @@ class PartitionPlan:
         return self.halo_row[self.remote_slot]
 
     @property
+    def widest_row(self) -> int:
+        """Most local, or most remote, neighbors of one node: the ps that makes each
+        node's neighbors one partition."""
+        return int(
+            max(
+                np.diff(self.local_indptr).max(initial=0),
+                np.diff(self.remote_indptr).max(initial=0),
+            )
+        )
+
+    @property
     def transposed(self) -> PartitionPlan:
         if self.symmetric:
             return self
