@@ -15,7 +15,9 @@ import numpy as np
 
 from .backend import Backend, assign, get_backend
 from .designs import knobs_for
+from .designs.halo import EdgeTranspose, HaloExchange
 from .graph.core import Graph
+from .hashing import key64
 from .kernels import aggregate
 from .partition import PartitionPlan, build_plan
 
@@ -57,6 +59,9 @@ class DistGraph:
         self._designs: dict = {}
         self._turn: dict = {}
         self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
+        self._halo = self._edge_transpose = None
+        self.cache: dict = {}  # what layers derive from the plan once (index tensors)
+        self.seed, self.step, self._stream = 0, 0, 0
 
     @classmethod
     def build(cls, graph: Graph, comm=None, ps: int = 16, **kw) -> DistGraph:
@@ -84,24 +89,54 @@ class DistGraph:
     def size(self) -> int:
         return self.plan.num_ranks
 
-    def aggregate(self, x, op: str = "sum", *, transpose: bool = False, eps: float = 0.0):
+    def aggregate(
+        self, x, op: str = "sum", *, transpose: bool = False, eps: float = 0.0, weights=None
+    ):
         """Aggregate x [n_local, D] over the graph (or its transpose); returns [n_local, D].
 
         op: 'sum', 'mean', 'gcn' (the plan's edge weights) or 'gin' ((1+eps)·x + sum).
+        weights: per-call edge weights (local [El(, H)], remote [Er(, H)]) in the order of
+        the plan used, for a weighted 'sum' (H heads of D / H columns each).
         Collective when P > 1.
         """
         plan = self.plan.transposed if transpose else self.plan
         d = x.shape[1]
         self.stats["aggregations"] += 1
         if self.size == 1 and not self.backend.gpu:  # no symmetric memory needed
-            return aggregate(plan, np.ascontiguousarray(x, dtype=self.dtype), op, eps=eps)
+            x = np.ascontiguousarray(x, dtype=self.dtype)
+            return aggregate(plan, x, op, eps=eps, weights=weights)
         des = self._design(transpose, d)
         if x is not des.x:
             assign(des.x, x)
         before = des.stats["remote_bytes"]
-        out = des(op, eps)
+        out = des(op, eps, weights=weights)
         self.stats["remote_bytes"] += des.stats["remote_bytes"] - before
         return out
+
+    @property
+    def halo(self) -> HaloExchange:
+        """Collective on first use: the exchange of this rank's halo rows (forward plan)."""
+        if self._halo is None:
+            self._halo = HaloExchange(self.plan, self.comm)
+        return self._halo
+
+    @property
+    def edge_transpose(self) -> EdgeTranspose:
+        """Collective on first use: per-edge values into the transposed plan's order."""
+        if self._edge_transpose is None:
+            self._edge_transpose = EdgeTranspose(self.plan, self.comm)
+        return self._edge_transpose
+
+    # ---- rank-invariant dropout keys ----------------------------------------------------
+    def begin_step(self, step: int) -> None:
+        """Key this step's dropout masks: the k-th dropout call of step s draws stream k."""
+        self.step, self._stream = int(step), 0
+
+    def next_dropout_key(self) -> np.uint64:
+        """The key of the next dropout mask of this step (same sequence on every rank)."""
+        key = key64(self.seed, self.step, self._stream)
+        self._stream += 1
+        return key
 
     @property
     def config(self) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.reference import check_op
+from ..kernels.reference import check_edge_weights, check_op
 from ..partition.plan import PartitionPlan
 
 
@@ -27,6 +27,7 @@ class Design:
 
     name = "base"
     knobs: tuple[str, ...] = ()
+    edge_weights_ok = True  # takes per-call edge weights
 
     def __init__(self, plan: PartitionPlan, comm, dim: int, dtype=np.float32):
         if int(dim) != dim or dim < 1:
@@ -36,6 +37,7 @@ class Design:
         self.buffer = None
         self.x = None
         self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
+        self.edge_weights = None  # (local, remote) during a call that gives them
 
     # what the output holds: this rank's rows
     @property
@@ -59,12 +61,18 @@ class Design:
         )
         self.x = self.buffer.local[: self.plan.num_local_nodes]
 
-    def __call__(self, op: str = "sum", eps: float = 0.0, out=None):
+    def __call__(self, op: str = "sum", eps: float = 0.0, out=None, weights=None):
         """Collective: aggregate the rows every rank wrote into its ``x``.
 
+        weights  per-call edge weights (local [El(, H)], remote [Er(, H)]) in the plan's
+                 edge order, for a weighted sum (GAT's attention)
         returns out [rows, D] (numpy on the CPU, cupy on the GPU)
         """
-        check_op(op, self.weighted)
+        check_op(op, self.weighted, weights is not None)
+        if weights is not None:
+            if not self.edge_weights_ok:
+                raise ValueError(f"the {self.name} design takes no per-call edge weights")
+            weights = check_edge_weights(self.plan, weights, self.dim, self.xp, self.dtype)
         shape = (self.rows, self.dim)
         if out is None:
             out = self.xp.empty(shape, self.dtype)
@@ -72,7 +80,11 @@ class Design:
             raise ValueError(f"out has shape {out.shape}, expected {shape}")
         if self.buffer is not None:
             self.buffer.publish()
-        self.run(op, eps, out)
+        self.edge_weights = weights
+        try:
+            self.run(op, eps, out)
+        finally:
+            self.edge_weights = None
         self.stats["calls"] += 1
         return out
 

@@ -8,6 +8,7 @@ import numpy as np
 
 from ..kernels import cpu
 from .cpu import CpuDesign
+from .halo import HaloExchange
 
 
 class BulkHalo(CpuDesign):
@@ -17,18 +18,17 @@ class BulkHalo(CpuDesign):
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None):
         super().__init__(plan, comm, dim, dtype, window=window)
-        p, size = plan, comm.size
-        order = np.argsort(p.halo_pe, kind="stable")  # halo slots grouped by owner
-        self.recv_counts = np.bincount(p.halo_pe, minlength=size).astype(np.int64)
-        requests = np.split(p.halo_row[order].astype(np.int64), np.cumsum(self.recv_counts)[:-1])
-        # tell each owner which of its rows we need
-        wanted = comm.alltoall(requests)
-        self.send_rows = np.concatenate(wanted).astype(np.int64)
-        self.send_counts = np.array([w.size for w in wanted], np.int64)
+        p, h = plan, HaloExchange(plan, comm)
+        self.send_rows, self.send_counts, self.recv_counts = (
+            h.send_rows,
+            h.send_counts,
+            h.recv_counts,
+        )
         self.send = np.empty((self.send_rows.size, self.dim), self.dtype)
         self.recv = np.empty((p.num_halo, self.dim), self.dtype)
+        # rows arrive grouped by owner: remote edges read them there, not in halo order
         pos = np.empty(p.num_halo, np.int64)
-        pos[order] = np.arange(p.num_halo)
+        pos[h.order] = np.arange(p.num_halo)
         self.remote_index = pos[p.remote_slot]
 
     def run(self, op, eps, out):

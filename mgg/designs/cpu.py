@@ -32,6 +32,9 @@ class CpuDesign(Design):
         self.in_degrees = plan.in_degrees()
 
     def weights(self, op: str, which: str):
+        """The plan's weights for 'gcn', the call's (if given), else None."""
+        if self.edge_weights is not None:
+            return self.edge_weights[which == "remote"]
         return getattr(self.plan, f"{which}_weights") if op == "gcn" else None
 
     def local(self, op, k0, k1, out, plan=None) -> None:

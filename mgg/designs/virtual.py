@@ -34,6 +34,7 @@ class VirtualPipelined(Design):
 
     name = "pipelined"
     knobs = ("ps", "dist", "wpb")
+    edge_weights_ok = False  # a benchmark of the paper's designs: gcn/sum/mean/gin
 
     def __init__(
         self,

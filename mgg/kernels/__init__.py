@@ -7,7 +7,7 @@ import numpy as np
 from ..partition.plan import PartitionPlan
 from . import cpu
 from .cpu import OPS
-from .reference import check_op
+from .reference import check_edge_weights, check_op
 
 __all__ = ["aggregate", "gather_halo", "OPS"]
 
@@ -21,6 +21,7 @@ def aggregate(
     eps: float = 0.0,
     out=None,
     backend: str = "cpu",
+    weights=None,
 ):
     """One rank's aggregation over its local and remote neighbor partitions.
 
@@ -30,9 +31,10 @@ def aggregate(
                         the caller; may be None when the plan has no remote edges
     out   [n_local, D]  optional output buffer
     backend  'cpu' (numba) or 'cuda' (the MGG kernel; numpy or cupy in, cupy out)
+    weights  per-call edge weights (local [El(, H)], remote [Er(, H)]) for a weighted sum
     returns out [n_local, D]
     """
-    check_op(op, plan.has_weights)
+    check_op(op, plan.has_weights, weights is not None)
     if backend not in ("cpu", "cuda"):
         raise ValueError(f"unknown backend {backend!r}; choose 'cpu' or 'cuda'")
     n = plan.num_local_nodes
@@ -41,6 +43,8 @@ def aggregate(
             f"x has shape {x.shape}, expected at least ({n}, D) rows for rank {plan.rank}"
         )
     d = x.shape[1]
+    if weights is not None and backend == "cpu":
+        weights = check_edge_weights(plan, weights, d, dtype=x.dtype)
     if plan.num_remote_edges:
         if halo is None:
             raise ValueError(
@@ -52,18 +56,18 @@ def aggregate(
     if backend == "cuda":
         from .cuda import aggregate_halo
 
-        return aggregate_halo(plan, x, halo, op, eps, out=out)
+        return aggregate_halo(plan, x, halo, op, eps, out=out, weights=weights)
     if out is None:
         out = np.empty((n, d), x.dtype)
     elif out.shape != (n, d):
         raise ValueError(f"out has shape {out.shape}, expected ({n}, {d})")
     cpu.init_out(op, x, out, eps)
-    w = plan.local_weights if op == "gcn" else None
+    w = plan.local_weights if op == "gcn" else None if weights is None else weights[0]
     cpu.accumulate(
         plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, out
     )
     if plan.num_remote_edges:
-        w = plan.remote_weights if op == "gcn" else None
+        w = plan.remote_weights if op == "gcn" else None if weights is None else weights[1]
         cpu.accumulate(
             plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
         )

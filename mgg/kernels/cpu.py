@@ -36,7 +36,8 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
 
     part_ptr int64 [K+1], part_node int32 [K]  neighbor partitions (LNP or RNP)
     indices  int [E]    rows of ``src`` (local rows, or halo slots)
-    weights  float32 [E] or None
+    weights  float32 [E], or [E, H] per head (D = H·C: column j takes w[e, j // C]),
+             or None
     src      [R, D] rows read;  out [n, D] rows written (both C-contiguous)
     Partitions are spread over threads in edge-balanced chunks, scheduled dynamically; a
     node whose partitions straddle two chunks gets its tail through a per-chunk carry
@@ -59,8 +60,14 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     with numba.parallel_chunksize(1):
         if weights is None:
             _accumulate(part_ptr, part_node, cuts, indices, src, out, carry)
-        else:
+        elif weights.ndim == 1:
             _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
+        else:
+            if out.shape[1] % weights.shape[1]:
+                raise ValueError(
+                    f"{weights.shape[1]} heads do not divide the width {out.shape[1]}"
+                )
+            _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 
 
@@ -164,6 +171,45 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
                 w0 = weights[e]
                 for j in range(d):
                     dst[base + j] += w0 * sf[b0 + j]
+                e += 1
+
+
+@numba.njit(cache=True, parallel=True, fastmath=True)
+def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry):
+    d = np.uint64(out.shape[1])
+    nh = np.uint64(weights.shape[1])
+    c = d // nh
+    sf, of, cf, wf = src.ravel(), out.ravel(), carry.ravel(), weights.ravel()
+    last = indices.size - PREFETCH - 2
+    for ch in numba.prange(cuts.size - 1):
+        c0, c1 = cuts[ch], cuts[ch + 1]
+        straddle = ch > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
+        for k in range(c0, c1):
+            v = part_node[k]
+            if straddle and v == part_node[c0]:
+                dst, base = cf, np.uint64(ch) * d
+            else:
+                dst, base = of, np.uint64(v) * d
+            e, e1 = part_ptr[k], part_ptr[k + 1]
+            while e + 2 <= e1:
+                if e < last:
+                    _prefetch(sf, np.uint64(indices[e + PREFETCH]) * d)
+                    _prefetch(sf, np.uint64(indices[e + PREFETCH + 1]) * d)
+                b0 = np.uint64(indices[e]) * d
+                b1 = np.uint64(indices[e + 1]) * d
+                w0, w1 = np.uint64(e) * nh, np.uint64(e + 1) * nh
+                for h in range(nh):
+                    x0, x1 = wf[w0 + h], wf[w1 + h]
+                    for j in range(h * c, h * c + c):
+                        dst[base + j] += x0 * sf[b0 + j] + x1 * sf[b1 + j]
+                e += 2
+            while e < e1:
+                b0 = np.uint64(indices[e]) * d
+                w0 = np.uint64(e) * nh
+                for h in range(nh):
+                    x0 = wf[w0 + h]
+                    for j in range(h * c, h * c + c):
+                        dst[base + j] += x0 * sf[b0 + j]
                 e += 1
 
 

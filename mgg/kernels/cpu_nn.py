@@ -1,5 +1,6 @@
-"""numba training kernels: dropout keyed by a hash of (key, global row, column) and a
-fused softmax cross-entropy over a node mask. Their CUDA twins are in
+"""numba training kernels: dropout keyed by a hash of (key, global row, column), the
+same for edges (attention dropout), a fused softmax cross-entropy over a node mask, and
+SDDMM (per-edge, per-head dot products: the gradient of per-edge weights). Their CUDA twins are in
 mgg/kernels/cuda/nn.cu (the same hash, so a GPU run draws the CPU run's masks)."""
 
 from __future__ import annotations
@@ -25,6 +26,26 @@ def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     y = x.copy()
     _dropout_sparse(y.indptr, y.indices, y.data, key, lb, x.shape[1], threshold, scale)
     return y
+
+
+def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale):
+    """float32 [E, heads]: scale where edge e (src[e] -> dst[e], global ids int64 [E])
+    survives in head h, 0 where it is dropped; keyed by (key, dst, src, h), so the mask of
+    an edge does not depend on which rank holds it."""
+    out = np.empty((dst.size, heads), np.float32)
+    _edge_dropout(dst, src, heads, num_nodes, key, threshold, np.float32(scale), out)
+    return out
+
+
+def sddmm(indptr, indices, a, b, heads: int):
+    """[E, heads]: out[e, h] = <a[v, h·C:(h+1)·C], b[indices[e], h·C:(h+1)·C]> for the
+    edges e of row v of the CSR (indptr int64 [n+1], indices int [E]); a [n, H·C],
+    b [R, H·C] of one float dtype, which the output takes."""
+    out = np.empty((indices.size, heads), a.dtype)
+    if a.shape[1] % heads:
+        raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
+    _sddmm(indptr, indices, np.ascontiguousarray(a), np.ascontiguousarray(b), heads, out)
+    return out
 
 
 def softmax_ce(logits, y, mask):
@@ -55,6 +76,27 @@ def _dropout_sparse(indptr, indices, data, key, lb, ncols, threshold, scale):
     for i in numba.prange(indptr.size - 1):
         for e in range(indptr[i], indptr[i + 1]):
             data[e] = data[e] * scale if _keep(key, lb + i, indices[e], ncols, threshold) else 0
+
+
+@numba.njit(cache=True, parallel=True)
+def _edge_dropout(dst, src, heads, num_nodes, key, threshold, scale, out):
+    for e in numba.prange(dst.size):
+        for h in range(heads):
+            keep = _keep(key, dst[e], src[e] * heads + h, num_nodes * heads, threshold)
+            out[e, h] = scale if keep else 0
+
+
+@numba.njit(cache=True, parallel=True, fastmath=True)
+def _sddmm(indptr, indices, a, b, heads, out):
+    c = a.shape[1] // heads
+    for v in numba.prange(indptr.size - 1):
+        for e in range(indptr[v], indptr[v + 1]):
+            u = indices[e]
+            for h in range(heads):
+                acc = 0.0
+                for j in range(h * c, h * c + c):
+                    acc += a[v, j] * b[u, j]
+                out[e, h] = acc
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)

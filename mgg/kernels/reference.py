@@ -41,10 +41,38 @@ def aggregate(
     return out
 
 
-def check_op(op: str, has_weights: bool) -> None:
+def check_op(op: str, has_weights: bool, edge_weights: bool = False) -> None:
+    """``edge_weights``: weights are given with the call (a weighted 'sum')."""
     from .cpu import OPS
 
+    if edge_weights and op != "sum":
+        raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
     if op not in OPS:
         raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     if op == "gcn" and not has_weights:
         raise ValueError("op 'gcn' needs edge weights: build the plan from graph.gcn_norm()")
+
+
+def check_edge_weights(plan, weights, dim: int, xp=np, dtype=np.float32):
+    """Per-call edge weights (local [El] or [El, H], remote [Er] or [Er, H]) in the plan's
+    edge order, as C-contiguous ``dtype`` arrays of module ``xp``; H must divide ``dim``."""
+    if not (isinstance(weights, tuple | list) and len(weights) == 2):
+        raise ValueError("edge weights are a pair (local [El(, H)], remote [Er(, H)])")
+    out, heads = [], set()
+    for name, w, e in (
+        ("local", weights[0], plan.num_local_edges),
+        ("remote", weights[1], plan.num_remote_edges),
+    ):
+        if w.ndim not in (1, 2) or w.shape[0] != e:
+            raise ValueError(
+                f"{name} edge weights have shape {tuple(w.shape)}, expected ({e},) or "
+                f"({e}, heads) for rank {plan.rank}"
+            )
+        heads.add(1 if w.ndim == 1 else w.shape[1])
+        out.append(xp.ascontiguousarray(w, dtype=dtype))
+    if len(heads) != 1:
+        raise ValueError(f"local and remote edge weights have different heads: {heads}")
+    (h,) = heads
+    if h < 1 or dim % h:
+        raise ValueError(f"{h} heads do not divide the feature width {dim}")
+    return tuple(out)

@@ -117,6 +117,27 @@ class PartitionPlan:
             raise ValueError("this plan was built with transposed=False")
         return self._transposed
 
+    def edge_dst(self) -> tuple[np.ndarray, np.ndarray]:
+        """(local, remote): int64 [El], [Er] the local row of each edge's destination."""
+        n = np.arange(self.num_local_nodes, dtype=np.int64)
+        return (
+            np.repeat(n, np.diff(self.local_indptr)),
+            np.repeat(n, np.diff(self.remote_indptr)),
+        )
+
+    def edge_keys(self, transposed: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(local, remote): int64 [El], [Er] the key dst·N + src of each edge, global ids,
+        in the plan's edge order. ``transposed``: this is a plan of the transposed graph,
+        whose edge u -> v is the forward edge v -> u (so the keys match the forward's)."""
+        n, lb = self.num_nodes, self.lb
+        ld, rd = self.edge_dst()
+        ls = self.local_indices.astype(np.int64) + lb
+        rs = self.bounds[self.halo_pe].astype(np.int64)[self.remote_slot] + self.remote_row
+        ld, rd = ld + lb, rd + lb
+        if transposed:
+            return ls * n + ld, rs * n + rd
+        return ld * n + ls, rd * n + rs
+
     def in_degrees(self) -> np.ndarray:
         """int64 [n]: in-degree of each local node (local plus remote entries)."""
         return np.diff(self.local_indptr) + np.diff(self.remote_indptr)

@@ -1,0 +1,200 @@
+"""Full-graph node classification models over mgg layers, and the registry the CLI uses.
+
+A model is a torch.nn.Module with ``forward(x, g)`` -> logits [n, classes] over this
+rank's rows, a ``graph`` attribute (the graph its layers expect: 'gcn_norm',
+'self_loops', 'no_self_loops' or 'as_is') and ``param_groups(weight_decay)``. Register a
+new one in MODELS with its defaults to train it with ``mgg train --model NAME``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv
+from .ops import dropout
+
+
+def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be >= 1, got {num_layers}")
+    if hidden < 1:
+        raise ValueError(f"hidden must be >= 1, got {hidden}")
+    return [in_dim] + [hidden] * (num_layers - 1) + [out_dim]
+
+
+class Model(nn.Module):
+    """What every model here shares: a stack of convs with dropout and an activation."""
+
+    graph = "as_is"
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """Optimizer parameter groups: L2 weight decay on every parameter."""
+        return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
+
+
+class GCN(Model):
+    """Kipf & Welling: [dropout -> GCNConv -> ReLU] x (L-1) -> dropout -> GCNConv.
+    Weight decay on the first layer only, as the original (MGG §5: 2 x 16)."""
+
+    graph = "gcn_norm"
+
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
+        super().__init__()
+        d = _dims(in_dim, hidden, out_dim, num_layers)
+        self.convs = nn.ModuleList(GCNConv(a, b) for a, b in zip(d, d[1:], strict=False))
+        self.p = dropout
+
+    def forward(self, x, g):
+        for i, conv in enumerate(self.convs):
+            x = conv(dropout(x, g, self.p, self.training), g)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+    def param_groups(self, weight_decay):
+        first = list(self.convs[0].parameters())
+        rest = [p for c in self.convs[1:] for p in c.parameters()]
+        return [
+            {"params": first, "weight_decay": weight_decay},
+            {"params": rest, "weight_decay": 0.0},
+        ]
+
+
+class SAGE(Model):
+    """GraphSAGE (mean): [dropout -> SAGEConv -> ReLU] x (L-1) -> dropout -> SAGEConv."""
+
+    graph = "as_is"
+
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
+        super().__init__()
+        d = _dims(in_dim, hidden, out_dim, num_layers)
+        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(d, d[1:], strict=False))
+        self.p = dropout
+
+    forward = GCN.forward
+
+
+class GIN(Model):
+    """GIN (Xu et al.): GINConv layers whose MLPs (Linear -> BatchNorm -> ReLU -> Linear)
+    normalize over every rank's rows; ReLU and dropout between layers."""
+
+    graph = "no_self_loops"
+
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5, train_eps=True):
+        super().__init__()
+        d = _dims(in_dim, hidden, out_dim, num_layers)
+        self.convs = nn.ModuleList(
+            GINConv(MLP([a, hidden, b]), train_eps=train_eps)
+            for a, b in zip(d, d[1:], strict=False)
+        )
+        self.p = dropout
+
+    def forward(self, x, g):
+        for i, conv in enumerate(self.convs):
+            if i > 0:
+                x = dropout(x, g, self.p, self.training)
+            x = conv(x, g)
+            if i < len(self.convs) - 1:
+                x = F.relu(x)
+        return x
+
+
+class GAT(Model):
+    """Veličković et al.: dropout -> GATConv(heads x hidden, concat) -> ELU -> ... ->
+    dropout -> GATConv(out, 1 head); attention dropout as the input dropout."""
+
+    graph = "self_loops"
+
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.6, heads=8):
+        super().__init__()
+        d = _dims(in_dim, hidden, out_dim, num_layers)
+        convs = []
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            width = d[i] if i == 0 else d[i] * heads
+            convs.append(
+                GATConv(
+                    width, d[i + 1], heads=1 if last else heads, concat=not last, dropout=dropout
+                )
+            )
+        self.convs = nn.ModuleList(convs)
+        self.p = dropout
+
+    def forward(self, x, g):
+        for i, conv in enumerate(self.convs):
+            x = conv(dropout(x, g, self.p, self.training), g)
+            if i < len(self.convs) - 1:
+                x = F.elu(x)
+        return x
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A registered model and its defaults (the paper's settings where there is one)."""
+
+    cls: type
+    hidden: int
+    layers: int
+    dropout: float
+    lr: float
+    weight_decay: float
+
+
+MODELS = {
+    "gcn": Spec(GCN, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+    "sage": Spec(SAGE, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+    "gin": Spec(GIN, hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
+    "gat": Spec(GAT, hidden=8, layers=2, dropout=0.6, lr=0.005, weight_decay=5e-4),
+}
+
+
+def build_model(
+    name: str,
+    in_dim: int,
+    out_dim: int,
+    *,
+    hidden: int | None = None,
+    layers: int | None = None,
+    dropout: float | None = None,
+    seed: int = 0,
+    **kw,
+) -> nn.Module:
+    """A registered model with its defaults where an argument is None; the weights are
+    drawn from ``seed`` (the same on every rank)."""
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+    spec = MODELS[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = spec.cls(
+            in_dim,
+            spec.hidden if hidden is None else hidden,
+            out_dim,
+            num_layers=spec.layers if layers is None else layers,
+            dropout=spec.dropout if dropout is None else dropout,
+            **kw,
+        )
+    model.config = {
+        "model": name,
+        "in_dim": in_dim,
+        "hidden": spec.hidden if hidden is None else hidden,
+        "out_dim": out_dim,
+        "num_layers": spec.layers if layers is None else layers,
+        "dropout": spec.dropout if dropout is None else dropout,
+        "seed": seed,
+        **kw,
+    }
+    return model
+
+
+def required_graph(model: nn.Module) -> str:
+    """The graph a model's layers expect (they must agree)."""
+    kinds = {m.graph for m in model.modules() if hasattr(m, "graph") and m is not model}
+    kinds = kinds or {getattr(model, "graph", "as_is")}
+    if len(kinds) > 1:
+        raise ValueError(f"the layers of this model expect different graphs: {sorted(kinds)}")
+    return kinds.pop()

@@ -1,0 +1,339 @@
+"""The distributed graph as differentiable torch ops.
+
+Every op works on this rank's rows (n = ub - lb of a mgg.distgraph.DistGraph ``g``) and
+is collective when the job has several ranks: every rank calls the same ops in the same
+order, forward and backward (SPMD). Tensors reach mgg's kernels without a copy: numpy
+views of CPU tensors, DLPack between torch and CuPy on GPUs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from ..backend import on_gpu, to_host
+
+# ---- tensors <-> arrays ------------------------------------------------------------------
+
+
+def as_array(t: torch.Tensor):
+    """A numpy (CPU) or cupy (GPU) view of a tensor's data (made contiguous first)."""
+    t = t.detach().contiguous()
+    if t.is_cuda:
+        import cupy
+
+        return cupy.from_dlpack(t)
+    return t.numpy()
+
+
+def as_tensor(a) -> torch.Tensor:
+    """A tensor sharing a numpy or cupy array's memory."""
+    if on_gpu(a):
+        return torch.from_dlpack(a)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _to(a, like):
+    """a (host array) moved to where ``like`` (an array) lives."""
+    if on_gpu(like):
+        import cupy
+
+        return cupy.asarray(a)
+    return a
+
+
+class SparseRows:
+    """This rank's rows of sparse input features: a CSR matrix [n, F] (scipy on the CPU,
+    cupyx on the GPU). Input features need no gradient, so they stay a matrix, multiplied
+    by ``linear`` without ever being densified."""
+
+    def __init__(self, m):
+        self.m = m
+        self._t = None
+
+    @property
+    def shape(self):
+        return self.m.shape
+
+    @property
+    def T(self):
+        if self._t is None:
+            self._t = self.m.T.tocsr()
+        return self._t
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda" if on_gpu(self.m) else "cpu")
+
+    def __repr__(self):
+        return f"SparseRows(shape={self.shape}, nnz={self.m.nnz})"
+
+
+class _SparseLinear(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, weight, x: SparseRows):
+        ctx.x = x
+        return as_tensor(x.m @ as_array(weight).T)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return as_tensor((ctx.x.T @ as_array(dy)).T), None
+
+
+def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x Wᵀ + b.  x [n, in] dense tensor or SparseRows; W [out, in]; b [out]."""
+    if isinstance(x, SparseRows):
+        y = _SparseLinear.apply(weight, x)
+        return y if bias is None else y + bias
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+# ---- aggregation -------------------------------------------------------------------------
+
+OPS = ("sum", "mean", "gcn")
+
+
+class _Aggregate(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, wl, wr, g, op):
+        weights = None if wl is None else (as_array(wl), as_array(wr))
+        ctx.g, ctx.op, ctx.weighted = g, op, weights is not None
+        ctx.save_for_backward(x if ctx.weighted else None, wl, wr)
+        return as_tensor(g.aggregate(as_array(x), op, weights=weights))
+
+    @staticmethod
+    def backward(ctx, dout):
+        g, op = ctx.g, ctx.op
+        x, wl, wr = ctx.saved_tensors
+        dy = as_array(dout)
+        dx = dwl = dwr = None
+        if ctx.needs_input_grad[0]:
+            if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
+                deg = g.plan.in_degrees()
+                inv = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(dy.dtype)
+                dy_t = dy * _to(inv, dy)[:, None]
+                dx = g.aggregate(dy_t, "sum", transpose=True)
+            elif ctx.weighted:
+                wt = g.edge_transpose(to_host(as_array(wl)), to_host(as_array(wr)))
+                dx = g.aggregate(dy, "sum", transpose=True, weights=tuple(_to(w, dy) for w in wt))
+            else:
+                dx = g.aggregate(dy, op, transpose=True)
+            dx = as_tensor(dx)
+        if ctx.weighted and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
+            dwl, dwr = edge_weight_grads(g, as_array(x), dy, 1 if wl.ndim == 1 else wl.shape[1])
+            dwl, dwr = as_tensor(dwl), as_tensor(dwr)
+            if wl.ndim == 1:
+                dwl, dwr = dwl[:, 0], dwr[:, 0]
+        return dx, dwl, dwr, None, None
+
+
+def edge_weight_grads(g, x, dy, heads: int):
+    """(local [El, H], remote [Er, H]): d loss / d w_e = <dy_v, x_u> per head, for the
+    forward plan's edges u -> v (SDDMM; remote sources from the halo)."""
+    p, nn = g.plan, g.backend.nn
+    halo = _to(g.halo.gather(to_host(x)), x)
+    return (
+        nn.sddmm(p.local_indptr, p.local_indices, dy, x, heads),
+        nn.sddmm(p.remote_indptr, p.remote_slot, dy, halo, heads),
+    )
+
+
+def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None) -> torch.Tensor:
+    """Aggregate x [n, D] over the in-edges of this rank's nodes; returns [n, D].
+
+    op       'sum', 'mean' (0 for nodes without in-edges) or 'gcn' (the plan's weights)
+    weights  per-edge weights for a weighted sum: a tensor [E] or [E, H] (H heads of D/H
+             columns each) over the edges in ``edge_index(g)`` order, local then remote
+    Differentiable in x and the weights; the backward runs over the transposed plan.
+    """
+    if op not in OPS:
+        raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
+    check_rows(x, g, "aggregate")
+    if weights is None:
+        return _Aggregate.apply(x, None, None, g, op)
+    if op != "sum":
+        raise ValueError(f"edge weights make a weighted sum, not {op!r}")
+    el = g.plan.num_local_edges
+    if weights.shape[0] != el + g.plan.num_remote_edges:
+        raise ValueError(
+            f"weights have {weights.shape[0]} rows but rank {g.rank} holds "
+            f"{el + g.plan.num_remote_edges} edges"
+        )
+    return _Aggregate.apply(x, weights[:el], weights[el:], g, op)
+
+
+def check_rows(x, g, what: str) -> None:
+    """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
+    if g.__class__.__name__ != "DistGraph":
+        raise TypeError(
+            f"{what} needs the job's DistGraph as its graph, got {type(g).__name__}: "
+            "mgg layers run inside an mgg job (mgg.train.prepare builds it)"
+        )
+    if x.shape[0] != g.num_local_nodes:
+        raise ValueError(
+            f"{what}: the input has {x.shape[0]} rows but rank {g.rank} owns "
+            f"{g.num_local_nodes} nodes [{g.lb}, {g.ub})"
+        )
+    if (x.device.type == "cuda") != g.backend.gpu:
+        raise ValueError(
+            f"{what}: the input is on {x.device} but the job runs on the {g.backend.name} backend"
+        )
+
+
+# ---- per-node rows and reductions across ranks ------------------------------------------
+
+
+class _Halo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, g):
+        ctx.g = g
+        a = as_array(x)
+        return as_tensor(_to(g.halo.gather(to_host(a)), a))
+
+    @staticmethod
+    def backward(ctx, dh):
+        a = as_array(dh)
+        return as_tensor(_to(ctx.g.halo.scatter_add(to_host(a)), a)), None
+
+
+def halo(x: torch.Tensor, g) -> torch.Tensor:
+    """x [n, k] -> [H, k]: the rows of peers that this rank's remote edges read, in halo
+    order (edge e of the remote CSR reads row remote_slot[e]). Differentiable."""
+    check_rows(x, g, "halo")
+    return _Halo.apply(x, g)
+
+
+class _AllReduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, t, comm):
+        ctx.comm = comm
+        a = as_array(t)
+        return as_tensor(_to(comm.allreduce(np.ascontiguousarray(to_host(a))), a))
+
+    @staticmethod
+    def backward(ctx, dt):
+        a = as_array(dt)
+        return as_tensor(_to(ctx.comm.allreduce(np.ascontiguousarray(to_host(a))), a)), None
+
+
+def all_reduce(t: torch.Tensor, g) -> torch.Tensor:
+    """The sum of ``t`` over the ranks of the job (differentiable: every rank's share of
+    the loss depends on the sum, so the gradient is summed the same way)."""
+    if g.comm is None or g.size == 1:
+        return t
+    return _AllReduce.apply(t, g.comm)
+
+
+def sync_gradients(params, comm) -> None:
+    """Sum every parameter's gradient over the ranks, in one flat buffer (a parameter
+    without a gradient counts as zeros), so any torch.optim optimizer then takes the same
+    step on every rank. Call it between ``loss.backward()`` and ``optimizer.step()``."""
+    params = [p for p in params if p.requires_grad]
+    if comm is None or comm.size == 1 or not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([gr.detach().reshape(-1) for gr in grads])
+    summed = comm.allreduce(as_array(flat.cpu()))  # on the host: MPI is not CUDA-aware
+    flat = torch.from_numpy(summed).to(flat.device)
+    i = 0
+    for p in params:
+        k = p.numel()
+        p.grad = flat[i : i + k].view_as(p).clone()
+        i += k
+
+
+# ---- rank-invariant dropout ---------------------------------------------------------------
+
+
+def _mask_args(p: float, g, dtype=np.float32):
+    key = g.next_dropout_key()
+    threshold = np.uint32(min(int(p * 2**32), 2**32 - 1))
+    return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p))
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, g, key, threshold, scale):
+        ctx.args = (g.lb, threshold, scale)
+        ctx.nn, ctx.key = g.backend.nn, key
+        return as_tensor(ctx.nn.dropout_dense(as_array(x), key, g.lb, threshold, scale))
+
+    @staticmethod
+    def backward(ctx, dy):
+        lb, threshold, scale = ctx.args
+        return as_tensor(ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale)), *(
+            None,
+        ) * 4
+
+
+def dropout(x, g, p: float = 0.5, training: bool = True):
+    """Zero each entry with probability p and scale the rest by 1/(1-p), in training.
+
+    Whether entry (v, j) survives depends only on (seed, step, the call's place in the
+    step, global row v, j), never on the number of ranks: P ranks draw the masks of one
+    process. x: [n, D] tensor or SparseRows (stored entries only; no gradient).
+    """
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return x
+    dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
+    key, threshold, scale = _mask_args(p, g, dtype)
+    if isinstance(x, SparseRows):
+        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale))
+    check_rows(x, g, "dropout")
+    return _Dropout.apply(x, g, key, threshold, scale)
+
+
+def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
+    """Dropout of per-edge values w [E, H] (GAT's attention), keyed by each edge's global
+    (dst, src) and head, so the masks do not depend on the number of ranks."""
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if not training or p == 0:
+        return w
+    key, threshold, scale = _mask_args(p, g)
+    dst, src = edge_ids(g)
+    heads = w.shape[1] if w.ndim == 2 else 1
+    mask = g.backend.nn.edge_dropout(dst, src, heads, g.plan.num_nodes, key, threshold, scale)
+    mask = as_tensor(mask).to(w.dtype)
+    return w * (mask if w.ndim == 2 else mask[:, 0])
+
+
+# ---- the edges, as index tensors -----------------------------------------------------------
+
+
+def edge_ids(g):
+    """(dst, src) int64 arrays [E]: global ids of the rank's edges, local then remote."""
+    if "edge_ids" not in g.cache:
+        p = g.plan
+        lk, rk = p.edge_keys()
+        keys = np.concatenate([lk, rk])
+        ids = (keys // p.num_nodes, keys % p.num_nodes)
+        g.cache["edge_ids"] = tuple(_to(a, g.backend.xp.empty(0)) for a in ids)
+    return g.cache["edge_ids"]
+
+
+def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(src, dst) int64 tensors [E] over the rank's edges, local then remote: dst is a
+    local row in [0, n); src indexes the rows of cat([x, halo(x, g)]) ([n + H, k])."""
+    if "edge_index" not in g.cache:
+        p = g.plan
+        ld, rd = p.edge_dst()
+        n = p.num_local_nodes
+        src = np.concatenate([p.local_indices.astype(np.int64), n + p.remote_slot.astype(np.int64)])
+        dst = np.concatenate([ld, rd])
+        g.cache["edge_index"] = (torch.from_numpy(src), torch.from_numpy(dst))
+    src, dst = g.cache["edge_index"]
+    device = device or ("cuda" if g.backend.gpu else "cpu")
+    return src.to(device), dst.to(device)
+
+
+def sparse_rows(x, device: str = "cpu"):
+    """Input features as what layers take: a float32 tensor, or SparseRows when sparse."""
+    if sp.issparse(x) or type(x).__module__.startswith("cupyx.scipy.sparse"):
+        return SparseRows(x)
+    if isinstance(x, torch.Tensor):
+        return x
+    return as_tensor(x).to(device)

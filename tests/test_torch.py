@@ -1,0 +1,235 @@
+"""mgg.torch: the layers against PyG's, gradients against finite differences, and P ranks
+against one process (real mpiexec runs; the oracle is the single-process run)."""
+
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+import mgg.torch as mt
+from mgg.distgraph import DistGraph
+from mgg.graph import Graph
+
+from conftest import mpirun, random_graph
+
+pyg = pytest.importorskip("torch_geometric.nn")
+
+
+def graph_for(layer: str, g: Graph) -> Graph:
+    return {
+        "gcn": g.gcn_norm,
+        "gat": lambda: g.remove_self_loops().add_self_loops(),
+        "gin": g.remove_self_loops,
+        "sage": lambda: g,
+    }[layer]()
+
+
+def edge_index(g: Graph) -> torch.Tensor:
+    src, dst = g.edges()
+    return torch.tensor(np.stack([src, dst]).astype(np.int64))
+
+
+def pair(kind: str, fin: int, fout: int):
+    """(ours, PyG's) with the same weights."""
+    if kind == "gcn":
+        ours, theirs = mt.GCNConv(fin, fout), pyg.GCNConv(fin, fout)
+    elif kind == "sage":
+        ours, theirs = mt.SAGEConv(fin, fout), pyg.SAGEConv(fin, fout)
+    elif kind == "gat":
+        ours = mt.GATConv(fin, fout, heads=3, dropout=0.0)
+        theirs = pyg.GATConv(fin, fout, heads=3, add_self_loops=False)
+    else:
+        mlp = torch.nn.Sequential(
+            torch.nn.Linear(fin, 7), torch.nn.ReLU(), torch.nn.Linear(7, fout)
+        )
+        ours, theirs = mt.GINConv(mlp, train_eps=True), pyg.GINConv(mlp, train_eps=True)
+        with torch.no_grad():
+            theirs.eps.fill_(0.3)
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+@pytest.mark.parametrize("fin,fout", [(12, 5), (6, 16)])  # transform first, aggregate first
+def test_layers_equal_pyg_forward_and_gradients(rng, kind, fin, fout):
+    g = random_graph(rng, 40, 200, hub_dst=True, isolated=3)  # directed, duplicates, loops
+    gk = graph_for(kind, g)
+    ours, theirs = pair(kind, fin, fout)
+    dg = DistGraph.build(gk, None, ps=3)
+    x = torch.randn(40, fin)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya = ours(xa, dg)
+    # PyG's GCNConv adds the self loops and normalizes itself
+    yb = theirs(xb, edge_index(g.remove_self_loops() if kind == "gcn" else gk))
+    torch.testing.assert_close(ya, yb, atol=1e-5, rtol=1e-5)
+    w = torch.randn_like(ya)
+    (ya * w).sum().backward()
+    (yb * w).sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+    theirs_grads = dict(theirs.named_parameters())
+    for name, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, theirs_grads[name].grad, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
+def test_gradients_match_finite_differences(rng, kind):
+    g = graph_for(kind, random_graph(rng, 9, 30))
+    torch.manual_seed(0)
+    layer = {
+        "gcn": lambda: mt.GCNConv(6, 4),
+        "sage": lambda: mt.SAGEConv(6, 4),
+        "gin": lambda: mt.GINConv(mt.MLP([6, 5, 3]), train_eps=True),
+        "gat": lambda: mt.GATConv(6, 2, heads=2),
+    }[kind]().double()
+    dg = DistGraph.build(g, None, ps=2, dtype=np.float64)
+    x = torch.randn(9, 6, dtype=torch.float64, requires_grad=True)
+    names = [k for k, _ in layer.named_parameters()]
+    params = tuple(p.detach().clone().requires_grad_() for p in layer.parameters())
+
+    def f(x, *ps):
+        return torch.func.functional_call(layer, dict(zip(names, ps, strict=True)), (x, dg))
+
+    assert torch.autograd.gradcheck(f, (x, *params), eps=1e-6, atol=1e-6)
+
+
+def test_sparse_features_are_never_densified(rng):
+    import scipy.sparse as sp
+
+    g = random_graph(rng, 30, 120).gcn_norm()
+    dg = DistGraph.build(g, None, ps=4)
+    m = sp.random(30, 50, 0.1, format="csr", dtype=np.float32, random_state=1)
+    dense = torch.from_numpy(m.toarray())
+    x = mt.SparseRows(m)
+    m.toarray = m.todense = None  # densifying would now fail
+    torch.manual_seed(0)
+    conv = mt.GCNConv(50, 4)
+    y = conv(x, dg)
+    y.sum().backward()
+    ref = mt.GCNConv(50, 4)
+    ref.load_state_dict(conv.state_dict())
+    yr = ref(dense, dg)
+    yr.sum().backward()
+    torch.testing.assert_close(y, yr, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(conv.lin.weight.grad, ref.lin.weight.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_norm_equals_torch_on_one_rank(rng):
+    dg = DistGraph.build(random_graph(rng, 20, 60), None)
+    bn, ref = mt.BatchNorm(5), torch.nn.BatchNorm1d(5)
+    x = torch.randn(20, 5) * 3 + 1
+    for _ in range(3):
+        torch.testing.assert_close(bn(x, dg), ref(x))
+    torch.testing.assert_close(bn.running_var, ref.running_var)
+    bn.eval(), ref.eval()
+    torch.testing.assert_close(bn(x, dg), ref(x))
+
+
+def test_dropout_masks_are_keyed_by_step_and_call(rng):
+    g = random_graph(rng, 50, 100)
+    one = DistGraph.build(g, None)
+    x = torch.ones(50, 7)
+    one.begin_step(3)
+    full = mt.dropout(x, one, 0.5)
+    assert 0.3 < (full == 0).float().mean() < 0.7
+    torch.testing.assert_close(full[full != 0], torch.full_like(full[full != 0], 2.0))
+    one.begin_step(3)
+    again = mt.dropout(x, one, 0.5)
+    assert torch.equal(full, again)
+    second = mt.dropout(x, one, 0.5)  # the next call of the step draws another mask
+    assert not torch.equal(full, second)
+    one.begin_step(4)
+    assert not torch.equal(full, mt.dropout(x, one, 0.5))
+    # that a rank of a P-rank job draws the same entries: test_p_ranks_equal_one_process
+
+
+def test_clear_errors(rng):
+    dg = DistGraph.build(random_graph(rng, 10, 30).gcn_norm(), None)
+    conv = mt.GCNConv(4, 3)
+    with pytest.raises(ValueError, match="has 9 rows but rank 0 owns 10 nodes"):
+        conv(torch.randn(9, 4), dg)
+    with pytest.raises(TypeError, match="inside an mgg job"):
+        conv(torch.randn(10, 4), edge_index(random_graph(rng, 10, 30)))
+    with pytest.raises(ValueError, match="unknown aggregation op"):
+        mt.aggregate(torch.randn(10, 4), dg, "max")
+    with pytest.raises(ValueError, match="weights have 3 rows"):
+        mt.aggregate(torch.randn(10, 4), dg, weights=torch.ones(3))
+    with pytest.raises(ValueError, match="heads do not divide"):
+        mt.aggregate(torch.randn(10, 4), dg, weights=torch.ones(dg.plan.num_local_edges, 3))
+    with pytest.raises(ValueError, match="dropout probability"):
+        mt.dropout(torch.randn(10, 4), dg, 1.0)
+
+
+LAYERS_JOB = """
+import json, sys
+import numpy as np, torch
+import mgg.torch as mt
+from mgg.comm import get_comm
+from mgg.distgraph import DistGraph
+from mgg.graph.generators import rmat
+
+comm = get_comm()
+g0 = rmat(7, 6, seed=3)  # directed, hubs, duplicates
+KIND, DESIGN = sys.argv[1], sys.argv[2]
+g = {"gcn": g0.gcn_norm, "gat": lambda: g0.remove_self_loops().add_self_loops(),
+     "gin": g0.remove_self_loops, "sage": lambda: g0}[KIND]()
+n = g.num_nodes
+
+def make():
+    torch.manual_seed(1)
+    return {
+        "gcn": lambda: mt.GCNConv(12, 5),
+        "sage": lambda: mt.SAGEConv(12, 5),
+        "gin": lambda: mt.GINConv(mt.MLP([12, 8, 5]), train_eps=True),
+        "gat": lambda: mt.GATConv(12, 3, heads=4, dropout=0.3),
+    }[KIND]()
+
+def run(dg, lb, ub):
+    layer = make()
+    torch.manual_seed(2)
+    x = torch.randn(n, 12)[lb:ub].clone().requires_grad_()
+    w = torch.randn(n, 5 if KIND != "gat" else 12)[lb:ub]
+    dg.begin_step(7)
+    y = layer(mt.dropout(x, dg, 0.2), dg)
+    (y * w).sum().backward()
+    mt.sync_gradients(layer.parameters(), dg.comm)
+    return y.detach().numpy(), x.grad.numpy(), {k: p.grad.numpy() for k, p in layer.named_parameters()}
+
+dg = DistGraph.build(g, comm, ps=4, design=DESIGN)
+y, dx, grads = run(dg, dg.lb, dg.ub)
+ys, dxs = comm.gather(y), comm.gather(dx)
+if comm.rank == 0:
+    y1, dx1, grads1 = run(DistGraph.build(g, None, ps=4), 0, n)
+    err = {
+        "y": float(np.abs(np.concatenate(ys) - y1).max()),
+        "dx": float(np.abs(np.concatenate(dxs) - dx1).max()),
+        "params": {k: float(np.abs(grads[k] - grads1[k]).max()) for k in grads1},
+        "scale": float(np.abs(y1).max()),
+    }
+    print(json.dumps(err))
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    "kind,nprocs,design",
+    [
+        ("gcn", 4, "pipelined"),
+        ("sage", 3, "bulk_halo"),
+        ("gin", 4, "pipelined"),
+        ("gat", 4, "pipelined"),
+        ("gat", 2, "direct"),
+    ],
+)
+def test_p_ranks_equal_one_process(tmp_path, kind, nprocs, design):
+    job = tmp_path / "job.py"
+    job.write_text(textwrap.dedent(LAYERS_JOB))
+    r = mpirun(nprocs, "python", job, kind, design, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    err = json.loads(r.stdout.strip().splitlines()[-1])
+    assert err["scale"] > 0.1
+    assert err["y"] < 1e-4 and err["dx"] < 1e-4, err
+    for name, e in err["params"].items():
+        assert e < 1e-3, (name, err)
