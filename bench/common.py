@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mgg.graph.dataset import Dataset, make_split, random_features
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 SHARED_DATA = ROOT.parent / "shared" / "data"
@@ -216,3 +218,15 @@ def real_graphs(
 ) -> list[Path]:
     """The real graphs of ../shared/data that are present."""
     return [p for n in names if (p := SHARED_DATA / f"{n}.npz").exists()]
+
+
+def complete(ds: Dataset, seed: int = 0) -> Dataset:
+    """Give a dataset what training needs: seeded random features and labels if absent."""
+    n = ds.graph.num_nodes
+    x = ds.x if ds.x is not None else random_features(seed, 0, n, 128)
+    y = ds.y if ds.y is not None else np.random.default_rng(seed).integers(0, 16, n)
+    c = ds.num_classes if ds.y is not None else 16
+    masks = (ds.train_mask, ds.val_mask, ds.test_mask)
+    if masks[0] is None:
+        masks = make_split(y, c, 20, 30, seed=seed)
+    return Dataset(ds.name, ds.graph, x, y, *masks, num_classes=c)

@@ -20,24 +20,12 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from mgg.graph.dataset import Dataset, make_split, random_features
+from mgg.graph.dataset import Dataset
 from mgg.graph.formats import read_npz, write_npz
 from mgg.graph.specs import resolve
 from mgg.train import Trainer, build_model, build_optimizer, prepare
 
-from common import RESULTS, compare, mgg_json, real_graphs, write_results
-
-
-def complete(ds: Dataset, seed: int = 0) -> Dataset:
-    """Give a dataset what training needs: seeded random features and labels if absent."""
-    n = ds.graph.num_nodes
-    x = ds.x if ds.x is not None else random_features(seed, 0, n, 128)
-    y = ds.y if ds.y is not None else np.random.default_rng(seed).integers(0, 16, n)
-    c = ds.num_classes if ds.y is not None else 16
-    masks = (ds.train_mask, ds.val_mask, ds.test_mask)
-    if masks[0] is None:
-        masks = make_split(y, c, 20, 30, seed=seed)
-    return Dataset(ds.name, ds.graph, x, y, *masks, num_classes=c)
+from common import RESULTS, compare, complete, mgg_json, real_graphs, write_results
 
 
 def pyg_model(name, f, c):

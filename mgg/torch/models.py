@@ -84,11 +84,21 @@ class GIN(Model):
 
     graph = "no_self_loops"
 
-    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5, train_eps=True):
+    def __init__(
+        self,
+        in_dim,
+        hidden,
+        out_dim,
+        *,
+        num_layers=2,
+        dropout=0.5,
+        train_eps=True,
+        batch_norm=True,
+    ):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(
-            GINConv(MLP([a, hidden, b]), train_eps=train_eps)
+            GINConv(MLP([a, hidden, b], batch_norm), train_eps=train_eps)
             for a, b in zip(d, d[1:], strict=False)
         )
         self.p = dropout

@@ -330,7 +330,7 @@ def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     return src.to(device), dst.to(device)
 
 
-def sparse_rows(x, device: str = "cpu"):
+def as_features(x, device: str = "cpu"):
     """Input features as what layers take: a float32 tensor, or SparseRows when sparse."""
     if sp.issparse(x) or type(x).__module__.startswith("cupyx.scipy.sparse"):
         return SparseRows(x)
