@@ -2,6 +2,7 @@
 kernels are checked against scipy on a GPU (marked gpu, skipped without one)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -163,6 +164,23 @@ def nvrtc_compile(lib, source: str, options) -> tuple[int, str, int]:
     return status, log.value.decode(errors="replace"), size.value
 
 
+def nvrtc_ptx(lib, source: str, options) -> str:
+    """The PTX NVRTC makes of source (options naming a virtual architecture)."""
+    import ctypes
+
+    nv = ctypes.CDLL(str(lib))
+    prog = ctypes.c_void_p()
+    assert nv.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"k.cu", 0, None, None) == 0
+    opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+    assert nv.nvrtcCompileProgram(prog, len(options), opts) == 0
+    n = ctypes.c_size_t()
+    assert nv.nvrtcGetPTXSize(prog, ctypes.byref(n)) == 0
+    ptx = ctypes.create_string_buffer(n.value)
+    assert nv.nvrtcGetPTX(prog, ptx) == 0
+    nv.nvrtcDestroyProgram(ctypes.byref(prog))
+    return ptx.value.decode()
+
+
 @pytest.mark.parametrize("major", [12, 13])
 def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     """The p2p and training kernels through NVRTC 12 and 13 (the gpu and gpu-cu12
@@ -181,6 +199,159 @@ def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
             assert status == 0 and size > 0, log
         status, log, size = nvrtc_compile(lib, NN.read_text(), ["-std=c++17", *tail])
         assert status == 0 and size > 0, log
+    # both p2p variants end with dist, then heads (the weighted one's weights per edge)
+    for weighted in (False, True):
+        opts = [*compile_options(weighted, "p2p"), "--gpu-architecture=compute_90"]
+        params = ptx_params(nvrtc_ptx(lib, SOURCE.read_text(), opts), "mgg_aggregate")
+        assert len(params) == 19 and params[-3:] == ["u32"] * 3
+    ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
+    assert len(ptx_params(ptx, "mgg_edge_dropout")) == 9
+    assert len(ptx_params(ptx, "mgg_sddmm")) == 9
+
+
+def ptx_params(ptx: str, kernel: str) -> list[str]:
+    """The PTX types (u64, u32, f32, ...) of a kernel's parameters, in order."""
+    m = re.search(rf"\.entry {kernel}\((.*?)\)", ptx, re.S)
+    assert m, f"no .entry {kernel} in the PTX"
+    return re.findall(r"\.param\s+\.(\w+)", m.group(1))
+
+
+def nvcc_ptx(tmp_path, source: Path, options) -> str:
+    """The PTX nvcc makes of source (sm_90), for reading kernel signatures."""
+    out = tmp_path / f"{source.stem}.ptx"
+    opts = [o for o in options if not o.startswith(("-L", "-l")) and o != "-dc"]
+    r = subprocess.run(
+        [NVCC, *opts, "-rdc=true", "-arch=sm_90", "-ptx", str(source), "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    return out.read_text()
+
+
+def ptx_type(arg) -> str:
+    """The PTX parameter type a launcher argument lands in (arrays pass a pointer)."""
+    if isinstance(arg, np.ndarray):
+        return "u64"
+    return {np.int64: "u64", np.uint64: "u64", np.int32: "u32", np.uint32: "u32"}.get(
+        type(arg), "f32" if isinstance(arg, np.float32) else type(arg).__name__
+    )
+
+
+class Launches:
+    """Stands in for compiled modules: records (kernel, args) of every launch."""
+
+    def __init__(self):
+        self.calls = []
+        self.modules = []
+
+    def load_module(self, device_id, weighted, mode):
+        self.modules.append((weighted, mode))
+        return self
+
+    def get_function(self, name):
+        calls = self.calls
+
+        class Kernel:
+            def __call__(self, grid, block, args, **kw):
+                calls.append((name, tuple(args)))
+
+        return Kernel()
+
+
+def fake_cupy(monkeypatch):
+    """A numpy-backed stand-in for the bits of cupy the launchers touch."""
+    _fake_modules(
+        monkeypatch,
+        cupy={
+            "asarray": lambda a, dtype=None: np.asarray(a, dtype),
+            "ascontiguousarray": lambda a, dtype=None: np.ascontiguousarray(a, dtype),
+            "zeros": np.zeros,
+            "empty": np.empty,
+            "float32": np.float32,
+            "int32": np.int32,
+            "int64": np.int64,
+        },
+    )
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+@pytest.mark.parametrize("mode", ["p2p", "get"])
+def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch, tmp_path, mode):
+    """run() builds the argument list each variant of mgg_aggregate was compiled with
+    (heads last, after dist / ps), and passes per-call edge weights and their heads to
+    the weighted variant; no GPU needed (cupy and the module are stand-ins)."""
+    import mgg.kernels.cuda as kc
+
+    if mode == "get" and nvshmem_home() is None:
+        pytest.skip("the get mode needs NVSHMEM (nvidia-nvshmem-cu13, in the dev extra)")
+    fake_cupy(monkeypatch)
+    rec = Launches()
+    monkeypatch.setattr(kc, "load_module", rec.load_module)
+    g = random_graph(rng, 300, 3000).gcn_norm()
+    plan = build_plan(g, 3, 8)[1]
+    dp = kc.DevicePlan(plan, 2)
+    d = 20
+    cfg = launch_config(8, 2, 4, d, plan.lnp_node.size, plan.rnp_node.size, known_gpu("H100"), mode)
+    x = np.zeros((plan.num_local_nodes, d), np.float32)
+    out, peers = np.zeros_like(x), np.zeros(1, np.uint64)
+    wl = rng.random((plan.num_local_edges, 4), dtype=np.float32)
+    wr = rng.random((plan.num_remote_edges, 4), dtype=np.float32)
+    signatures = {
+        w: ptx_params(nvcc_ptx(tmp_path, SOURCE, compile_options(w, mode)), "mgg_aggregate")
+        for w in (False, True)
+    }
+    assert len(signatures[True]) == (19 if mode == "p2p" else 20)  # heads included
+    cases = [  # (op, weights, weighted module, heads)
+        ("sum", None, False, 1),
+        ("gcn", None, True, 1),
+        ("sum", (wl, wr), True, 4),
+        ("sum", (wl[:, 0].copy(), wr[:, 0].copy()), True, 1),
+    ]
+    for op, weights, weighted, heads in cases:
+        rec.calls.clear()
+        kc.run(dp, x, peers, out, op, 0.0, cfg, 0, weights=weights)
+        assert rec.modules[-1] == (weighted, mode)
+        (args,) = [a for name, a in rec.calls if name == "mgg_aggregate"]
+        assert [ptx_type(a) for a in args] == signatures[weighted]
+        assert args[-1] == heads and type(args[-1]) is np.int32
+        if weights is not None:
+            assert args[6] is weights[0] and args[13] is weights[1]
+        elif op == "gcn":
+            assert args[6] is dp.local_w and args[13] is dp.remote_w
+    with pytest.raises(ValueError, match="weighted sum"):
+        kc.run(dp, x, peers, out, "mean", 0.0, cfg, 0, weights=(wl, wr))
+    with pytest.raises(ValueError, match="do not divide"):
+        kc.run(dp, x, peers, out, "sum", 0.0, cfg, 0, weights=(wl[:, :3], wr[:, :3]))
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_nn_launchers_match_the_compiled_kernel_signatures(rng, monkeypatch, tmp_path):
+    from mgg.kernels.cuda import nn_ops
+    from mgg.kernels.cuda.nn_ops import SOURCE as NN
+
+    fake_cupy(monkeypatch)
+    calls = []
+    monkeypatch.setattr(
+        nn_ops, "_fn", lambda name: lambda grid, block, args: calls.append((name, args))
+    )
+    ptx = nvcc_ptx(tmp_path, NN, ["-std=c++17"])
+    dst, src = rng.integers(0, 50, 40), rng.integers(0, 50, 40)
+    assert nn_ops.edge_dropout(dst, src, 3, 50, np.uint64(7), np.uint32(1 << 30), 1.5).shape == (
+        40,
+        3,
+    )
+    indptr = np.array([0, 0, 3, 3, 5], np.int64)
+    a, b = np.ones((4, 8), np.float32), np.ones((9, 8), np.float32)
+    assert nn_ops.sddmm(indptr, np.array([1, 2, 3, 4, 8]), a, b, 2).shape == (5, 2)
+    assert [name for name, _ in calls] == ["mgg_edge_dropout", "mgg_sddmm"]
+    for name, args in calls:
+        assert [ptx_type(x) for x in args] == ptx_params(ptx, name), name
+    with pytest.raises(ValueError, match="do not divide"):
+        nn_ops.sddmm(indptr, np.array([1, 2, 3, 4, 8]), a, b, 3)
+    assert nn_ops.sddmm(np.zeros(3, np.int64), np.zeros(0, np.int32), a, None, 2).shape == (0, 2)
+    assert len(calls) == 2  # nothing launched for no edges
 
 
 # ---- host logic, no GPU needed -----------------------------------------------------------
@@ -623,6 +794,101 @@ def test_cuda_backend_of_the_aggregate_entry_point(rng, op):
         want = aggregate(p, x[p.lb : p.ub], op, halo=gather_halo(p, x), eps=0.3)
         got = aggregate(p, x[p.lb : p.ub], op, halo=gather_halo(p, x), eps=0.3, backend="cuda")
         np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@pytest.mark.gpu
+def test_cuda_aggregate_with_per_call_multi_head_edge_weights(rng):
+    """Per-call edge weights, one or 4 heads (column j takes w[e, j // C]), through the
+    mgg.kernels entry point and aggregate_halo's launch knobs, against the CPU kernel."""
+    import cupy
+
+    from mgg.kernels import aggregate, gather_halo
+    from mgg.kernels.cuda import aggregate_halo
+
+    g = random_graph(rng, 1500, 20_000, hub_src=True, isolated=20)
+    for dim in (4, 20, 64, 136):  # D < 32 (C = 1, 5 with 4 heads) and D >= 32
+        x = rng.standard_normal((1500, dim)).astype(np.float32)
+        for p in build_plan(g, 3, 8):
+            xs, halo = x[p.lb : p.ub], gather_halo(p, x)
+            for heads in (None, 1, 4):  # None: one weight per edge, [E]
+                tail = () if heads is None else (heads,)
+                wl = rng.standard_normal((p.num_local_edges, *tail)).astype(np.float32)
+                wr = rng.standard_normal((p.num_remote_edges, *tail)).astype(np.float32)
+                want = aggregate(p, xs, "sum", halo=halo, weights=(wl, wr))
+                got = aggregate(p, xs, "sum", halo=halo, backend="cuda", weights=(wl, wr))
+                np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)
+                for dist, wpb in ((1, 1), (3, 2), (16, 8)):
+                    got = aggregate_halo(
+                        p,
+                        cupy.asarray(xs),
+                        halo,
+                        "sum",
+                        dist=dist,
+                        wpb=wpb,
+                        weights=(cupy.asarray(wl), cupy.asarray(wr)),
+                    )
+                    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)
+    p = build_plan(g, 3, 8)[0]
+    wl, wr = np.ones((p.num_local_edges, 3), np.float32), np.ones((p.num_remote_edges, 3))
+    with pytest.raises(ValueError, match="do not divide"):
+        aggregate_halo(p, x[p.lb : p.ub], gather_halo(p, x), "sum", weights=(wl, wr))
+
+
+@gpu
+@pytest.mark.gpu
+def test_cuda_design_takes_per_call_edge_weights(rng):
+    """CudaPipelined on one PE: d("sum", weights=...) weights every edge per head."""
+    import cupy
+
+    from mgg.backend import assign
+    from mgg.designs.cuda import CudaPipelined
+    from mgg.kernels import aggregate
+
+    g = random_graph(rng, 800, 9000, hub_dst=True)
+    x = rng.standard_normal((800, 32)).astype(np.float32)
+    (p,) = build_plan(g, 1, 8)
+    d = CudaPipelined(p, None, 32, dist=3, wpb=2)
+    assign(d.x, x)
+    for heads in (1, 4):
+        wl = rng.standard_normal((p.num_local_edges, heads)).astype(np.float32)
+        wr = np.zeros((0, heads), np.float32)
+        want = aggregate(p, x, "sum", weights=(wl, wr))
+        got = d("sum", weights=(cupy.asarray(wl), cupy.asarray(wr)))
+        np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)
+        assert d.edge_weights is None  # only for the call
+    plain = cupy.asnumpy(d("sum"))  # and the unweighted sum is back
+    np.testing.assert_allclose(plain, aggregate(p, x, "sum"), rtol=1e-4, atol=1e-4)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [1, 4])
+def test_gpu_sddmm_and_edge_dropout_equal_the_cpu_kernels(rng, heads):
+    import cupy
+
+    from mgg.kernels import cpu_nn
+    from mgg.kernels.cuda import nn_ops
+
+    g = random_graph(rng, 700, 6000, hub_dst=True, isolated=30)  # empty rows too
+    c = 6
+    a = rng.standard_normal((700, heads * c)).astype(np.float32)
+    b = rng.standard_normal((900, heads * c)).astype(np.float32)
+    indices = rng.integers(0, 900, g.num_edges).astype(np.int32)
+    want = cpu_nn.sddmm(g.indptr, indices, a, b, heads)
+    got = nn_ops.sddmm(cupy.asarray(g.indptr), cupy.asarray(indices), cupy.asarray(a), b, heads)
+    assert got.shape == (g.num_edges, heads)
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-5)
+
+    dst = rng.integers(0, 5000, 20_000)
+    src = rng.integers(0, 5000, 20_000)
+    for p in (0.1, 0.5, 0.9):
+        threshold = np.uint32(p * 2.0**32)
+        key, scale = np.uint64(rng.integers(0, 2**63)), 1.0 / (1.0 - p)
+        want = cpu_nn.edge_dropout(dst, src, heads, 5000, key, threshold, scale)
+        got = nn_ops.edge_dropout(cupy.asarray(dst), src, heads, 5000, key, threshold, scale)
+        np.testing.assert_array_equal(cupy.asnumpy(got), want)
+        assert abs((want == 0).mean() - p) < 0.02
 
 
 def test_the_remote_mode_is_checked_before_any_gpu_work(rng, capsys):

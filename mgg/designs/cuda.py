@@ -97,7 +97,17 @@ class CudaPipelined(Design):
         return cupy
 
     def run(self, op, eps, out):
-        run(self.dplan, self.x, self.peers, out, op, eps, self.cfg, self.dev_id)
+        run(
+            self.dplan,
+            self.x,
+            self.peers,
+            out,
+            op,
+            eps,
+            self.cfg,
+            self.dev_id,
+            weights=self.edge_weights,
+        )
         self.count(self.plan.num_remote_edges)
 
     def free(self) -> None:

@@ -69,7 +69,7 @@ def check_edge_weights(plan, weights, dim: int, xp=np, dtype=np.float32):
                 f"({e}, heads) for rank {plan.rank}"
             )
         heads.add(1 if w.ndim == 1 else w.shape[1])
-        out.append(xp.ascontiguousarray(w, dtype=dtype))
+        out.append(xp.ascontiguousarray(xp.asarray(w), dtype=dtype))
     if len(heads) != 1:
         raise ValueError(f"local and remote edge weights have different heads: {heads}")
     (h,) = heads

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ...partition.plan import PartitionPlan
+from ..reference import check_edge_weights
 from .occupancy import WARP, Device, Workload, estimate, live_gpu
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
@@ -167,6 +168,7 @@ def run(
     device_id: int,
     stream=None,
     parts: str = "both",
+    weights=None,
 ) -> None:
     """Launch init, the MGG kernel and (for mean) finalize on this PE's rows.
 
@@ -176,6 +178,10 @@ def run(
     parts: 'both' interleaves LNPs and RNPs in one launch (MGG); 'local' / 'remote' run
     one kind only (init with 'local', finalize with 'remote'): two launches make the
     "no interleaving" ablation.
+    weights: per-call edge weights, a pair of C-contiguous float32 cupy arrays (local
+    [El] or [El, H], remote [Er] or [Er, H]) in the plan's edge order, as
+    mgg.kernels.reference.check_edge_weights returns them; op must be 'sum' (a weighted
+    sum: column j of the output takes w[e, j // (D / H)]).
     """
     import cupy
 
@@ -183,7 +189,19 @@ def run(
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     p = dplan.plan
     n, d = p.num_local_nodes, cfg.dim
-    weighted = op == "gcn"
+    if weights is not None:
+        if op != "sum":
+            raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
+        local_w, remote_w = weights
+        heads = 1 if local_w.ndim == 1 else local_w.shape[1]
+        if heads < 1 or d % heads:
+            raise ValueError(f"{heads} heads do not divide the feature width {d}")
+    elif op == "gcn":
+        local_w, remote_w, heads = dplan.local_w, dplan.remote_w, 1
+    else:
+        local_w = remote_w = None
+        heads = 1
+    weighted = local_w is not None
     mod = load_module(device_id, weighted, cfg.mode)
     i64, i32, f32 = np.int64, np.int32, np.float32
     threads = 256
@@ -204,14 +222,14 @@ def run(
             dplan.lnp_excl,
             i64(n_lnp),
             dplan.local_idx,
-            dplan.local_w if weighted else null,
+            local_w if weighted else null,
             dplan.rnp_ptr,
             dplan.rnp_node,
             dplan.rnp_excl,
             i64(n_rnp),
             dplan.remote_pe,
             dplan.remote_row,
-            dplan.remote_w if weighted else null,
+            remote_w if weighted else null,
             peer_ptrs,
             out,
             i32(d),
@@ -219,6 +237,7 @@ def run(
         ]
         if cfg.mode == "get":
             args.append(i32(cfg.ps))
+        args.append(i32(heads))  # last in both variants (read by the weighted one)
         kernel = mod.get_function("mgg_aggregate")
         if cfg.smem > 48 * 1024:
             kernel.max_dynamic_shared_memory_size = cfg.smem
@@ -251,14 +270,21 @@ def aggregate_halo(
     dist: int = 4,
     wpb: int = 4,
     out=None,
+    weights=None,
 ):
     """One rank's aggregation on the GPU with the remote rows given by the caller, as the
     CPU kernel takes them: the halo [H, D] becomes a pseudo-peer the kernel reads through
-    the pointer table. x, halo: numpy or cupy; returns cupy [n, D]."""
+    the pointer table. x, halo: numpy or cupy; returns cupy [n, D].
+    weights: per-call edge weights (local [El(, H)], remote [Er(, H)]; numpy or cupy) for
+    a weighted sum, as mgg.kernels.aggregate takes them."""
     import cupy
 
     dev_id, dev = current_device()
     n, d = plan.num_local_nodes, x.shape[1]
+    if weights is not None:
+        if isinstance(weights, tuple | list):  # uploaded first: cupy's ascontiguousarray
+            weights = [cupy.asarray(w) for w in weights]  # takes cupy arrays only
+        weights = check_edge_weights(plan, weights, d, cupy)
     xd = cupy.ascontiguousarray(cupy.asarray(x, cupy.float32))
     hd = cupy.ascontiguousarray(
         cupy.asarray(halo if halo is not None else np.zeros((1, d), np.float32), cupy.float32)
@@ -269,5 +295,5 @@ def aggregate_halo(
     peers = cupy.asarray(np.array([hd.data.ptr], np.uint64))
     cfg = launch_config(plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev)
     out = cupy.empty((n, d), cupy.float32) if out is None else out
-    run(dp, xd, peers, out, op, eps, cfg, dev_id)
+    run(dp, xd, peers, out, op, eps, cfg, dev_id, weights=weights)
     return out

@@ -19,6 +19,12 @@
 // is touched by no other warp (excl[k] = 1) adds with plain stores; the others use
 // atomicAdd.
 //
+// Edge weights (compile-time MGG_WEIGHTED=1): local_w / remote_w hold `heads` floats per
+// edge, row-major [E, heads] in the partitions' edge order; column j of the output takes
+// w[e * heads + j / (dim / heads)] (heads divides dim). heads = 1 is GCN's one weight per
+// edge (the plan's normalization); more heads are GAT's per-head attention coefficients.
+// Both variants take `heads` as the last argument; the unweighted one ignores it.
+//
 // Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above).
 
 #ifndef MGG_WEIGHTED
@@ -73,20 +79,25 @@ __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float v, 
 }
 
 // Sum the rows of edges [e0, e1) into out[node]; row(e) gives the address of an edge's
-// source row. Used for local partitions, p2p remote partitions and staged rows.
+// source row. Used for local partitions, p2p remote partitions and staged rows. With
+// MGG_WEIGHTED, edge e's row is scaled by w[e * heads + h], h the head of the column.
 template <typename RowFn>
 __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restrict__ w,
                                                  i64 e0, i64 e1, float* __restrict__ out,
-                                                 i64 node, int dim, bool excl, int lane) {
+                                                 i64 node, int dim, bool excl, int lane,
+                                                 int heads) {
     if (dim < 32) {
         const int L = group_width(dim);
         const int groups = 32 / L;
         const int g = lane / L, c = lane % L;
+#if MGG_WEIGHTED
+        const int h = c < dim ? c / (dim / heads) : 0;  // this lane's head
+#endif
         float acc = 0.0f;
         for (i64 e = e0 + g; e < e1; e += groups) {
             if (c < dim) {
 #if MGG_WEIGHTED
-                acc += w[e] * row(e)[c];
+                acc += w[e * heads + h] * row(e)[c];
 #else
                 acc += row(e)[c];
 #endif
@@ -100,9 +111,12 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
         const int j = j0 + lane;
         float acc = 0.0f;
         if (j < dim) {
+#if MGG_WEIGHTED
+            const int h = j / (dim / heads);  // this lane's head
+#endif
             for (i64 e = e0; e < e1; ++e) {
 #if MGG_WEIGHTED
-                acc += w[e] * row(e)[j];
+                acc += w[e * heads + h] * row(e)[j];
 #else
                 acc += row(e)[j];
 #endif
@@ -124,7 +138,8 @@ extern "C" __global__ void mgg_aggregate(
     const int* __restrict__ remote_pe, const int* __restrict__ remote_row,
     const float* __restrict__ remote_w,
     const unsigned long long* __restrict__ peer_ptrs,  // base address of each PE's rows
-    float* __restrict__ out, int dim, int dist) {
+    float* __restrict__ out, int dim, int dist,
+    int heads) {  // edge weights per edge (MGG_WEIGHTED; ignored otherwise)
     const int lane = threadIdx.x & 31;
     const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const i64 k0 = warp * dist;
@@ -133,7 +148,7 @@ extern "C" __global__ void mgg_aggregate(
         if (k < n_lnp) {
             auto row = [&](i64 e) { return x + (i64)local_idx[e] * dim; };
             reduce_partition(row, local_w, lnp_ptr[k], lnp_ptr[k + 1], out, lnp_node[k], dim,
-                             lnp_excl[k], lane);
+                             lnp_excl[k], lane, heads);
         }
         if (k < n_rnp) {
             auto row = [&](i64 e) {
@@ -141,7 +156,7 @@ extern "C" __global__ void mgg_aggregate(
                 return base + (i64)remote_row[e] * dim;
             };
             reduce_partition(row, remote_w, rnp_ptr[k], rnp_ptr[k + 1], out, rnp_node[k], dim,
-                             rnp_excl[k], lane);
+                             rnp_excl[k], lane, heads);
         }
     }
 }
@@ -169,7 +184,8 @@ extern "C" __global__ void mgg_aggregate(
     const int* __restrict__ remote_pe, const int* __restrict__ remote_row,
     const float* __restrict__ remote_w,
     const unsigned long long* __restrict__ peer_ptrs,  // unused: peers are reached by gets
-    float* __restrict__ out, int dim, int dist, int ps) {
+    float* __restrict__ out, int dim, int dist, int ps,
+    int heads) {  // edge weights per edge (MGG_WEIGHTED; ignored otherwise)
     // Listing 2: ps ids per warp, then 2 * ps * dim staging floats per warp
     extern __shared__ int part_meta[];
     const int warps_per_block = blockDim.x >> 5;
@@ -188,7 +204,8 @@ extern "C" __global__ void mgg_aggregate(
             for (i64 t = lane; t < e1 - e0; t += 32) ids[t] = local_idx[e0 + t];
             __syncwarp();
             auto row = [&](i64 e) { return x + (i64)ids[e - e0] * dim; };
-            reduce_partition(row, local_w, e0, e1, out, lnp_node[k], dim, lnp_excl[k], lane);
+            reduce_partition(row, local_w, e0, e1, out, lnp_node[k], dim, lnp_excl[k], lane,
+                             heads);
             __syncwarp();
         }
         if (k < k_end) {
@@ -201,7 +218,7 @@ extern "C" __global__ void mgg_aggregate(
             const i64 e0 = rnp_ptr[k];
             auto row = [&](i64 e) { return cur + (e - e0) * dim; };
             reduce_partition(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k], dim,
-                             rnp_excl[k], lane);
+                             rnp_excl[k], lane, heads);
             __syncwarp();
         }
     }

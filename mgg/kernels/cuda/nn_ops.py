@@ -77,6 +77,71 @@ def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     return y
 
 
+def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale):
+    """float32 [E, heads] cupy: scale where edge e (src[e] -> dst[e], global ids [E])
+    survives in head h, 0 where it is dropped; the mask of cpu_nn.edge_dropout, bit for
+    bit (keyed by (key, dst, src, h))."""
+    import cupy
+
+    dst = cupy.ascontiguousarray(cupy.asarray(dst, cupy.int64))
+    src = cupy.ascontiguousarray(cupy.asarray(src, cupy.int64))
+    if dst.shape != src.shape or dst.ndim != 1:
+        raise ValueError(f"dst {dst.shape} and src {src.shape} must be one [E] each")
+    out = cupy.empty((dst.size, heads), cupy.float32)
+    if out.size:
+        _fn("mgg_edge_dropout")(
+            (_blocks(out.size),),
+            (THREADS,),
+            (
+                dst,
+                src,
+                out,
+                np.int64(dst.size),
+                np.int32(heads),
+                np.int64(num_nodes),
+                np.uint64(key),
+                np.uint32(threshold),
+                np.float32(scale),
+            ),
+        )
+    return out
+
+
+def sddmm(indptr, indices, a, b, heads: int):
+    """float32 [E, heads] cupy: out[e, h] = <a[v, h·C:(h+1)·C], b[indices[e], h·C:(h+1)·C]>
+    for the edges e of row v of the CSR (indptr [n+1], indices [E]); a [n, H·C],
+    b [R, H·C] float32 — as cpu_nn.sddmm."""
+    import cupy
+
+    out = cupy.empty((indices.size, heads), cupy.float32)
+    if a.shape[1] % heads:
+        raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
+    if out.size == 0:
+        return out
+    a = cupy.ascontiguousarray(cupy.asarray(a, cupy.float32))
+    b = cupy.ascontiguousarray(cupy.asarray(b, cupy.float32))
+    if b.shape[1] != a.shape[1]:
+        raise ValueError(f"a is {a.shape[1]} wide but b is {b.shape[1]}")
+    if b.shape[0] > np.iinfo(np.int32).max:
+        raise ValueError(f"b has {b.shape[0]} rows, more than int32 indices address")
+    _fn("mgg_sddmm")(
+        (_blocks(out.size),),
+        (THREADS,),
+        (
+            cupy.ascontiguousarray(cupy.asarray(indptr, cupy.int64)),
+            cupy.ascontiguousarray(cupy.asarray(indices, cupy.int32)),
+            a,
+            b,
+            out,
+            np.int64(indptr.size - 1),
+            np.int64(indices.size),
+            np.int32(heads),
+            np.int32(a.shape[1] // heads),
+        ),
+    )
+    return out
+
+
 def softmax_ce(logits, y, mask):
     """(grad [n, C] unscaled, stats float64 [3] on the host: summed -log p, masked rows,
     right predictions) — as mgg.nn.loss._softmax_ce."""
