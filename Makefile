@@ -30,8 +30,8 @@ bench: $(VENV)/.core
 	$(BIN)/python bench/run_all.py
 
 lint: $(VENV)/.core
-	$(BIN)/ruff check mgg tests bench launch/mggrun
-	$(BIN)/ruff format --check mgg tests bench
+	$(BIN)/ruff check mgg tests bench examples launch/mggrun
+	$(BIN)/ruff format --check mgg tests bench examples
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -17,6 +17,7 @@ BENCHES = {
     "partition_throughput": (["--reddit"], ["--max-scale", "18"]),
     "cpu_aggregation": (["--real"], ["--scale", "16", "--repeat", "5"]),
     "distributed_designs": (["--real"], ["--rmat-scale", "14", "--repeat", "3"]),
+    "train_vs_pyg": ([], ["--graphs", "cora", "--models", "gcn,gat", "--epochs", "5"]),
 }
 
 

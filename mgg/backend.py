@@ -4,9 +4,9 @@
   cuda  cupy (and cupyx.scipy.sparse) arrays, the CUDA kernels, NVSHMEM symmetric memory
 
 A Backend knows its array module, host/device transfers, the world comm of the job, its
-aggregation designs and its training kernels (dropout, softmax cross-entropy). Layers use
-numpy calls, which dispatch to cupy for cupy arrays; only transfers and the custom
-kernels need the backend. cupy is imported lazily: the cpu backend never touches it.
+aggregation designs and its training kernels (dropout, SDDMM), which the torch ops of
+mgg.torch call on views of their tensors. cupy is imported lazily: the cpu backend never
+touches it.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class Backend:
 
     @functools.cached_property
     def nn(self):
-        """The training kernels: dropout_dense, dropout_csr, softmax_ce (same signatures)."""
+        """The training kernels: dropout_dense, dropout_csr, edge_dropout, sddmm (same
+        signatures on both backends)."""
         if self.gpu:
             from .kernels.cuda import nn_ops
 

@@ -24,6 +24,10 @@ DIST = "interleaving distance (cpu: fetch batches in flight; cuda: partitions pe
 REMOTE = "CUDA peer reads: loads via nvshmem_ptr (p2p), device gets (get), p2p if all map (auto)"
 BALANCE = "balance edges (Algorithm 1) or node counts"
 START = "start at (1, 1, 1) as the paper, or at the model's best guess"
+MODEL = (
+    "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
+    "mgg.torch.MODELS"
+)
 
 
 def main(argv=None) -> int:
@@ -99,7 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_tune)
 
-    s = sub.add_parser("train", help="full-graph GCN/GIN training (launch with mggrun)")
+    s = sub.add_parser("train", help="full-graph GCN/SAGE/GIN/GAT training (launch with mggrun)")
     _train_args(s)
     s.set_defaults(func=cmd_train)
 
@@ -114,15 +118,18 @@ def _parser() -> argparse.ArgumentParser:
 def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH)
     s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
-    s.add_argument("--model", choices=["gcn", "gin"], default="gcn")
+    s.add_argument("--model", default="gcn", help=MODEL)
     s.add_argument("--epochs", type=int, default=epochs)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--hidden", type=int, default=None, help="default: 16 (gcn), 64 (gin)")
-    s.add_argument("--layers", type=int, default=None, help="default: 2 (gcn), 5 (gin)")
-    s.add_argument("--dropout", type=float, default=0.5)
-    s.add_argument("--lr", type=float, default=0.01)
-    s.add_argument("--weight-decay", type=float, default=5e-4, help="L2 (gcn: 1st layer)")
+    s.add_argument("--hidden", type=int, default=None, help="default: the model's")
+    s.add_argument("--layers", type=int, default=None, help="default: the model's")
+    s.add_argument("--heads", type=int, default=None, help="attention heads (gat; default 8)")
+    s.add_argument("--dropout", type=float, default=None, help="default: the model's")
+    s.add_argument("--lr", type=float, default=None, help="default: the model's")
+    s.add_argument(
+        "--weight-decay", type=float, default=None, help="L2, default the model's (5e-4)"
+    )
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
     s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
@@ -316,13 +323,16 @@ def cmd_tune(args) -> int:
 def cmd_train(args) -> int:
     from .backend import get_backend, is_sparse
     from .graph.specs import resolve
-    from .train import Trainer, build_model, build_optimizer, prepare
+    from .torch import MODELS, build_model
+    from .train import Trainer, build_optimizer, prepare
 
     backend = get_backend(args.backend)
     comm = backend.comm(window=args.window)  # first: a failing rank now aborts the job
     lead = comm.rank == 0
     t0 = time.perf_counter()
     ds = resolve(args.dataset, scale=args.scale, seed=args.seed)
+    if args.model not in MODELS:
+        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
     knobs = {"dist": args.dist} if args.design == "pipelined" else {}
     dg, data = prepare(
         ds,
@@ -336,15 +346,25 @@ def cmd_train(args) -> int:
         **knobs,
     )
     setup_s = time.perf_counter() - t0
+    spec = MODELS[args.model]
+    if args.heads is not None and args.model != "gat":
+        raise ValueError("--heads is an option of --model gat")
     model = build_model(
         args.model,
-        data,
+        data.num_features,
+        data.num_classes,
         hidden=args.hidden,
         layers=args.layers,
         dropout=args.dropout,
         seed=args.seed,
-    ).to(backend)
-    opt = build_optimizer(args.optimizer, model, args.lr, args.weight_decay)
+        **({"heads": args.heads} if args.heads is not None else {}),
+    ).to(data.y.device)
+    opt = build_optimizer(
+        args.optimizer,
+        model,
+        spec.lr if args.lr is None else args.lr,
+        spec.weight_decay if args.weight_decay is None else args.weight_decay,
+    )
     say = print if lead and not _quiet(args) else None
     if say:
         say(
@@ -384,11 +404,11 @@ def cmd_train(args) -> int:
         **summary,
     }
     if say:
+        peer = result["bytes_per_epoch"]
         say(
             f"final: train {result['train_acc']:.3f}  val {result['val_acc']:.3f}  test "
             f"{result['test_acc']:.3f}  ·  median epoch {result['epoch_time_s'] * 1e3:.1f} ms"
-            f"  ·  peer rows per epoch {result['bytes_per_epoch']['smaller_width'] / 1e6:.1f} MB "
-            f"({result['bytes_per_epoch']['input_width'] / 1e6:.1f} MB aggregating at input width)"
+            + (f"  ·  peer rows per epoch {peer / 1e6:.1f} MB" if peer is not None else "")
         )
     if lead and args.json:
         print(json.dumps(result))

@@ -1,4 +1,5 @@
-"""Full-graph training: data on each rank, the Trainer loop, metrics and checkpoints."""
+"""Full-graph training of torch models: data on each rank, the Trainer loop, metrics and
+checkpoints."""
 
 from __future__ import annotations
 
@@ -10,33 +11,49 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
 
-from .backend import Backend, assign, backend_of, to_host
+from .backend import Backend
 from .distgraph import DistGraph
 from .graph.dataset import Dataset, make_split, random_features
-from .nn import MODELS, OPTIMIZERS, GCNConv, GINConv, softmax_cross_entropy
-from .nn.loss import accuracy
 from .progress import progress
+from .torch import MODELS, SparseRows, as_features, sync_gradients
 
 FEATURELESS_IDENTITY_MAX = 200_000  # up to this many nodes, featureless graphs get one-hot ids
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
+GRAPHS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
 
 
 @dataclass
 class LocalData:
-    """This rank's rows of the node data (n = ub - lb).
+    """This rank's rows of the node data (n = ub - lb), on the job's device.
 
-    x  float32 [n, F] dense or scipy CSR;  y int64 [n];  masks bool [n]
+    x  float32 tensor [n, F] or SparseRows;  y int64 tensor [n];  masks bool tensors [n]
     """
 
-    x: np.ndarray | sp.csr_matrix
-    y: np.ndarray
-    train_mask: np.ndarray
-    val_mask: np.ndarray
-    test_mask: np.ndarray
+    x: torch.Tensor | SparseRows
+    y: torch.Tensor
+    train_mask: torch.Tensor
+    val_mask: torch.Tensor
+    test_mask: torch.Tensor
     num_features: int
     num_classes: int
     notes: str = ""
+
+
+def job_graph(graph, kind: str):
+    """The graph a model's layers expect: 'gcn_norm' (self loops, symmetric weights),
+    'self_loops' (one per node), 'no_self_loops' or 'as_is'."""
+    if kind not in GRAPHS:
+        raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPHS)}")
+    if kind == "gcn_norm":
+        return graph.gcn_norm()
+    if kind == "self_loops":
+        return graph.remove_self_loops().add_self_loops()
+    if kind == "no_self_loops":
+        return graph.remove_self_loops()
+    return graph
 
 
 def prepare(
@@ -53,19 +70,28 @@ def prepare(
 ) -> tuple[DistGraph, LocalData]:
     """Partition ``dataset`` for the job of ``comm`` and slice this rank's node data.
 
-    GCN trains on the graph with self loops and symmetric normalization; GIN on the graph
-    without self loops (its (1+eps)·x term is the self contribution). Datasets without a
-    split get 20 training and 30 validation nodes per class (seeded); datasets without
-    features get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random ones.
-    Wide dense features that are mostly zeros (bag-of-words) are stored sparse.
-    ``row_normalize`` scales each feature row to sum 1 (Kipf & Welling's preprocessing).
+    ``model``: a registered model name (its layers say which graph they expect) or a graph
+    kind of ``job_graph``. Datasets without a split get 20 training and 30 validation
+    nodes per class (seeded); datasets without features get one-hot node ids (sparse) or,
+    beyond 200,000 nodes, seeded random ones. Wide dense features that are mostly zeros
+    (bag-of-words) are stored sparse. ``row_normalize`` scales each feature row to sum 1
+    (Kipf & Welling's preprocessing).
     """
-    if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    if model in MODELS:
+        kind = MODELS[model].cls.graph
+    elif model in GRAPHS:
+        kind = model
+    else:
+        raise ValueError(
+            f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
+            f"(or a graph kind: {', '.join(GRAPHS)})"
+        )
     if dataset.y is None:
         raise ValueError(f"dataset {dataset.name!r} has no labels: node classification needs them")
-    g = dataset.graph.gcn_norm() if model == "gcn" else dataset.graph.remove_self_loops()
-    dg = DistGraph.build(g, comm, ps, design=design, backend=backend, **knobs)
+    dg = DistGraph.build(
+        job_graph(dataset.graph, kind), comm, ps, design=design, backend=backend, **knobs
+    )
+    dg.seed = seed
     lb, ub, n = dg.lb, dg.ub, dataset.graph.num_nodes
     c = int(dataset.num_classes)
     notes = ""
@@ -83,7 +109,10 @@ def prepare(
             notes += "; features: 64 seeded random"
     else:
         x = dataset.x[lb:ub]
-        x = sp.csr_matrix(x) if sp.issparse(x) else np.array(x, np.float32)
+        x = sp.csr_matrix(x, dtype=np.float32) if sp.issparse(x) else np.array(x, np.float32)
+        values = x.data if sp.issparse(x) else x
+        if not np.isfinite(values).all():
+            raise ValueError(f"dataset {dataset.name!r}: the features hold NaN or inf")
         if (
             not sp.issparse(x)
             and x.shape[1] >= 256
@@ -94,37 +123,42 @@ def prepare(
         if row_normalize:
             x = _row_normalize(x)
             notes += "; features: rows normalized to sum 1"
+    be = dg.backend
+    device = torch.device("cpu")
+    if be.gpu:
+        import cupy
+
+        device = torch.device("cuda", cupy.cuda.Device().id)
+        torch.cuda.set_device(device)
+    if sp.issparse(x) and be.gpu:
+        x = be.to_device(x)
     data = LocalData(
-        x,
-        dataset.y[lb:ub],
-        *(np.asarray(m[lb:ub], bool) for m in masks),
+        as_features(x, device),
+        torch.as_tensor(np.asarray(dataset.y[lb:ub], np.int64), device=device),
+        *(torch.as_tensor(np.asarray(m[lb:ub], bool), device=device) for m in masks),
         num_features=int(x.shape[1]),
         num_classes=c,
         notes=notes.strip("; "),
-    )
-    up = dg.backend.to_device
-    data.x, data.y = up(data.x), up(data.y)
-    data.train_mask, data.val_mask, data.test_mask = (
-        up(m) for m in (data.train_mask, data.val_mask, data.test_mask)
     )
     return dg, data
 
 
 class Trainer:
-    """Full-graph training of ``model`` on this rank's share of the graph.
+    """Full-graph training of a torch ``model`` (``model(x, g)`` -> logits [n, C] over this
+    rank's rows) with any torch.optim ``optimizer``.
 
-    Every rank runs the same steps (SPMD): forward, loss over the global train mask,
-    backward (aggregations over the transposed plan), one allreduce of all weight
-    gradients, and the same optimizer step, so the weights stay identical on every rank;
-    ``check_sync`` verifies that with a hash after each step.
+    Every rank runs the same steps (SPMD): forward, the cross-entropy over the global train
+    mask (each rank its share), backward (aggregations over the transposed plan), one
+    allreduce of all gradients, the same optimizer step, so the weights stay identical on
+    every rank; ``check_sync`` verifies that with a hash after each step.
     """
 
     def __init__(
         self,
         graph: DistGraph,
         data: LocalData,
-        model,
-        optimizer,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
         *,
         tune: bool = False,
         config: dict | None = None,
@@ -157,48 +191,54 @@ class Trainer:
         self.tune, self.tune_space, self.tune_start = tune, tune_space, tune_start
         self.tune_budget = tune_budget
         self.tuning: dict | None = None  # the search's result once it ran
+        self.train_count = self._sum([float(data.train_mask.sum())])[0]
+        if self.train_count == 0:
+            raise ValueError("the train mask is empty on every rank: there is nothing to learn")
         if config:
             graph.configure(**config)
+
+    def _sum(self, values) -> np.ndarray:
+        a = np.asarray(values, np.float64)
+        return a if self.comm is None else self.comm.allreduce(a)
+
+    def _logits(self) -> torch.Tensor:
+        out = self.model(self.data.x, self.g)
+        if out.ndim != 2 or out.shape[0] != self.g.num_local_nodes:
+            raise ValueError(
+                f"the model returned shape {tuple(out.shape)}, expected one row per node of "
+                f"rank {self.g.rank}: ({self.g.num_local_nodes}, classes)"
+            )
+        return out
 
     # ---- one step --------------------------------------------------------------------
     def train_step(self) -> tuple[float, float]:
         """One full-graph training step; returns (loss, seconds)."""
         t0 = time.perf_counter()
-        m, d = self.model, self.data
-        m.train()
-        m.set_epoch(self.epoch)
-        m.zero_grad()
-        logits = m.forward(d.x, self.g)
-        loss, dlogits, _, _ = softmax_cross_entropy(logits, d.y, d.train_mask, self.comm)
-        if not np.isfinite(loss):
+        d = self.data
+        self.model.train()
+        self.g.begin_step(self.epoch)
+        self.opt.zero_grad()
+        logits = self._logits()
+        m = d.train_mask
+        loss = F.cross_entropy(logits[m], d.y[m], reduction="sum") / self.train_count
+        loss.backward()
+        sync_gradients(self.model.parameters(), self.comm)
+        total = float(self._sum([loss.item()])[0])
+        if not np.isfinite(total):
             raise FloatingPointError(
-                f"the loss is {loss} at epoch {self.epoch}: lower the "
+                f"the loss is {total} at epoch {self.epoch}: lower the "
                 "learning rate, or check the features for NaN/inf"
             )
-        m.backward(dlogits)
-        self._sum_gradients()
         self.opt.step()
         self.epoch += 1
         if self.check_sync:
             self._check_weights_agree()
-        return loss, time.perf_counter() - t0
-
-    def _sum_gradients(self) -> None:
-        if self.comm is None:
-            return
-        params = self.model.parameters()
-        flat = to_host(np.concatenate([p.grad.ravel() for p in params]))
-        flat = self.comm.allreduce(flat)  # on the host: the MPI wheel is not CUDA-aware
-        flat = backend_of(params[0].grad).to_device(flat)
-        i = 0
-        for p in params:
-            p.grad[...] = flat[i : i + p.grad.size].reshape(p.grad.shape)
-            i += p.grad.size
+        return total, time.perf_counter() - t0
 
     def weights_digest(self) -> str:
         h = hashlib.sha1()
-        for p in self.model.parameters():
-            h.update(np.ascontiguousarray(to_host(p.value)).tobytes())
+        for t in self.model.state_dict().values():
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
         return h.hexdigest()
 
     def _check_weights_agree(self) -> None:
@@ -209,18 +249,22 @@ class Trainer:
             raise RuntimeError(f"weights diverged across ranks after epoch {self.epoch}: {digests}")
 
     # ---- evaluation ------------------------------------------------------------------
+    @torch.no_grad()
     def evaluate(self) -> dict:
         """Loss on the train mask and accuracy on train, val and test (no dropout)."""
-        m, d = self.model, self.data
-        m.eval()
-        logits = m.forward(d.x, self.g)
-        loss = softmax_cross_entropy(logits, d.y, d.train_mask, self.comm)[0]
+        d = self.data
+        self.model.eval()
+        logits = self._logits()
+        right = logits.argmax(1) == d.y
+        m = d.train_mask
+        local = [float(F.cross_entropy(logits[m], d.y[m], reduction="sum"))]
+        for mask in (d.train_mask, d.val_mask, d.test_mask):
+            local += [float((right & mask).sum()), float(mask.sum())]
+        tot = self._sum(local)
+        acc = [tot[i] / tot[i + 1] if tot[i + 1] else float("nan") for i in (1, 3, 5)]
         return {
-            "loss": loss,
-            **{
-                f"{k}_acc": accuracy(logits, d.y, getattr(d, f"{k}_mask"), self.comm)
-                for k in ("train", "val", "test")
-            },
+            "loss": float(tot[0] / self.train_count),
+            **dict(zip(("train_acc", "val_acc", "test_acc"), map(float, acc), strict=True)),
         }
 
     def summary(self) -> dict:
@@ -232,7 +276,7 @@ class Trainer:
             "losses": [h["loss"] for h in self.history],
             **{k: final[k] for k in ("train_acc", "val_acc", "test_acc")},
             "epoch_time_s": float(np.median(times)) if times else None,
-            "bytes_per_epoch": self.bytes_per_epoch(),
+            "bytes_per_epoch": self.bytes_per_epoch,
             "history": self.history,
             "config": getattr(self.model, "config", {}),
             "graph_config": self.g.config,
@@ -248,7 +292,9 @@ class Trainer:
         bar.update(self.epoch)
         with bar:
             while self.epoch < epochs:
+                before = self.g.stats["remote_bytes"]
                 loss, secs = self.train_step()
+                self._bytes = self.g.stats["remote_bytes"] - before
                 rec = {"epoch": self.epoch, "loss": loss, "seconds": secs}
                 if self.eval_every and (self.epoch % self.eval_every == 0 or self.epoch == epochs):
                     ev = self.evaluate()
@@ -269,8 +315,16 @@ class Trainer:
                     and self.checkpoint_every
                     and self.epoch % self.checkpoint_every == 0
                 ):
-                    self.save_checkpoint(self.checkpoint_dir / f"epoch{self.epoch:05d}.npz")
+                    self.save_checkpoint(self.checkpoint_dir / f"epoch{self.epoch:05d}.pt")
         return self.history
+
+    @property
+    def bytes_per_epoch(self) -> float | None:
+        """Bytes of peer rows the last training step read, over all ranks (collective)."""
+        mine = getattr(self, "_bytes", None)
+        if mine is None:
+            return None
+        return float(self._sum([mine])[0])
 
     # ---- tuning ----------------------------------------------------------------------
     def _search(self, epochs: int) -> None:
@@ -308,17 +362,11 @@ class Trainer:
 
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, path) -> Path:
-        """Rank 0 writes weights, optimizer state, epoch and history (weights are the same
-        on every rank); collective."""
+        """Rank 0 writes the model's and the optimizer's state dicts with the trainer's
+        state (epoch, history, configuration), atomically; collective."""
         path = Path(path)
         if self.lead:
             path.parent.mkdir(parents=True, exist_ok=True)
-            arrays = {
-                f"param/{k}": to_host(p.value) for k, p in self.model.named_parameters().items()
-            }
-            arrays.update(
-                {f"opt/{k}": np.asarray(to_host(v)) for k, v in self.opt.state_dict().items()}
-            )
             meta = {
                 "epoch": self.epoch,
                 "history": self.history,
@@ -326,66 +374,47 @@ class Trainer:
                 "graph_config": self.g.config,
                 "tuning": self.tuning,
             }
-            tmp = path.with_suffix(".tmp.npz")
-            np.savez(tmp, meta=np.array(json.dumps(meta)), **arrays)
+            state = {
+                "model": self.model.state_dict(),
+                "optimizer": self.opt.state_dict(),
+                "meta": json.dumps(meta),
+            }
+            tmp = path.with_name(path.name + ".tmp")
+            torch.save(state, tmp)
             tmp.replace(path)
         if self.comm is not None:
             self.comm.barrier()
         return path
 
     def load_checkpoint(self, path) -> None:
-        """Collective: rank 0 reads the checkpoint and every rank takes its state."""
-        state = None
+        """Collective: rank 0 reads the checkpoint (tensors and plain data only, nothing
+        pickled runs) and every rank takes its state."""
+        state, error = None, None
         if self.lead:
-            with np.load(path, allow_pickle=False) as z:
-                state = {k: z[k] for k in z.files}
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True)
+                if not isinstance(state, dict) or not {"model", "optimizer", "meta"} <= set(state):
+                    raise ValueError("it holds no model, optimizer and trainer state")
+            except Exception as e:  # noqa: BLE001 - reported with the file's name below
+                error = f"checkpoint {path} cannot be read: {e}"
         if self.comm is not None:
-            state = self.comm.bcast(state)
-        meta = json.loads(str(state["meta"]))
+            state, error = self.comm.bcast((state, error))
+        if error:
+            raise ValueError(error)
+        meta = json.loads(state["meta"])
         cfg = getattr(self.model, "config", {})
         if meta.get("config") and cfg and meta["config"] != cfg:
             raise ValueError(f"checkpoint {path} is for model {meta['config']}, not {cfg}")
-        params = self.model.named_parameters()
-        for k, p in params.items():
-            v = state.get(f"param/{k}")
-            if v is None or v.shape != p.value.shape:
-                raise ValueError(
-                    f"checkpoint {path}: parameter {k} missing or of shape "
-                    f"{None if v is None else v.shape}, expected {p.value.shape}"
-                )
-            assign(p.value, v)
-        self.opt.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("opt/")})
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise ValueError(f"checkpoint {path} does not fit this model: {e}") from None
         self.epoch = int(meta["epoch"])
         self.history = list(meta["history"])
         if meta.get("graph_config"):
             self.g.configure(**meta["graph_config"])
         self.tuning = meta.get("tuning")
-
-    # ---- communication volume --------------------------------------------------------
-    def bytes_per_epoch(self) -> dict:
-        """Bytes of peer rows one training epoch reads, aggregating at the smaller width
-        (what mgg does) and at the layer's input width (the naive order); all ranks."""
-        rows = np.array([self.g.halo_rows(False), self.g.halo_rows(True)], np.float64)
-        if self.comm is not None:
-            rows = self.comm.allreduce(rows)
-        item = self.g.dtype.itemsize
-        out = {}
-        for name, smaller in (("smaller_width", True), ("input_width", False)):
-            total = 0.0
-            for layer in self.model.layers:
-                if isinstance(layer, (GCNConv, GINConv)):
-                    fwd, bwd = _aggregation_widths(layer, smaller)
-                    total += rows[0] * fwd + rows[1] * bwd
-            out[name] = total * item
-        return out
-
-
-def _aggregation_widths(layer, smaller: bool) -> tuple[int, int]:
-    """(forward width, total backward width) of one conv layer's aggregations."""
-    narrow = layer.out_dim if isinstance(layer, GCNConv) else layer.hidden
-    if smaller and narrow < layer.in_dim:
-        return narrow, narrow  # transform first: the backward one is needed for dW
-    return layer.in_dim, layer.in_dim if layer.input_grad else 0
 
 
 def _row_normalize(x):
@@ -396,31 +425,22 @@ def _row_normalize(x):
     return x * inv[:, None]
 
 
-def build_model(
-    name: str,
-    data: LocalData,
-    *,
-    hidden: int | None = None,
-    layers: int | None = None,
-    dropout: float = 0.5,
-    seed: int = 0,
-    **kw,
-):
-    """GCN (default 2 x 16, MGG §5) or GIN (default 5 x 64)."""
-    cls = MODELS[name]
-    defaults = {"gcn": (16, 2), "gin": (64, 5)}[name]
-    return cls(
-        data.num_features,
-        hidden or defaults[0],
-        data.num_classes,
-        num_layers=layers or defaults[1],
-        dropout=dropout,
-        seed=seed,
-        **kw,
-    )
+OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 
 def build_optimizer(name: str, model, lr: float, weight_decay: float):
+    """A torch optimizer over the model's parameter groups (``param_groups`` where the
+    model has them: GCN decays its first layer only)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    return OPTIMIZERS[name](model.parameters(), lr=lr, weight_decay=weight_decay)
+    if not (np.isfinite(lr) and lr > 0):
+        raise ValueError(f"the learning rate must be a positive number, got {lr}")
+    groups = (
+        model.param_groups(weight_decay)
+        if hasattr(model, "param_groups")
+        else [{"params": list(model.parameters()), "weight_decay": weight_decay}]
+    )
+    try:  # one fused kernel per step where torch has it (CPU and CUDA, torch >= 2.4)
+        return OPTIMIZERS[name](groups, lr=lr, fused=True)
+    except (RuntimeError, TypeError):
+        return OPTIMIZERS[name](groups, lr=lr)

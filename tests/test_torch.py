@@ -193,7 +193,8 @@ def run(dg, lb, ub):
     y = layer(mt.dropout(x, dg, 0.2), dg)
     (y * w).sum().backward()
     mt.sync_gradients(layer.parameters(), dg.comm)
-    return y.detach().numpy(), x.grad.numpy(), {k: p.grad.numpy() for k, p in layer.named_parameters()}
+    grads = {k: p.grad.numpy() for k, p in layer.named_parameters()}
+    return y.detach().numpy(), x.grad.numpy(), grads
 
 dg = DistGraph.build(g, comm, ps=4, design=DESIGN)
 y, dx, grads = run(dg, dg.lb, dg.ub)

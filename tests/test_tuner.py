@@ -171,11 +171,12 @@ def test_model_guess_is_a_reasonable_start_on_a_synthetic_device():
 
 def test_trainer_tunes_with_real_training_steps():
     from mgg.graph.generators import planted_partition
-    from mgg.train import Trainer, build_model, build_optimizer, prepare
+    from mgg.torch import build_model
+    from mgg.train import Trainer, build_optimizer, prepare
 
     ds = planted_partition(3000, 4, avg_degree=8, num_features=16, seed=0)
     dg, data = prepare(ds, None, "gcn")
-    model = build_model("gcn", data)
+    model = build_model("gcn", data.num_features, data.num_classes)
     space = {"ps": [4, 16, 64], "dist": [1, 4], "threads": [1]}
     t = Trainer(
         dg,
@@ -194,7 +195,7 @@ def test_trainer_tunes_with_real_training_steps():
     assert hist[-1]["loss"] < hist[0]["loss"]
     # a tuned configuration can be passed back in: no search then
     dg2, data2 = prepare(ds, None, "gcn")
-    m2 = build_model("gcn", data2)
+    m2 = build_model("gcn", data2.num_features, data2.num_classes)
     t2 = Trainer(
         dg2,
         data2,

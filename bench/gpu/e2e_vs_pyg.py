@@ -1,5 +1,5 @@
-"""End to end on one GPU: the epoch time of GCN (2 x 16) and GIN (5 x 64) full-graph
-training, mgg vs PyG.
+"""End to end on one GPU: the epoch time of full-graph training of mgg's registered models
+(GCN, SAGE, GIN, GAT with their defaults), mgg vs PyG (bench/pyg_models.py).
 
     python bench/gpu/e2e_vs_pyg.py [--scale 0.25] [--epochs 20]
 
@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 from common_gpu import PAPER_GRAPHS, Results, cuda_compare, raw_log, standin_graph
 
-from mgg.train import Trainer, build_model, build_optimizer, prepare
+import mgg.torch as mt
+from mgg.train import Trainer, build_optimizer, prepare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from train_vs_pyg import pyg_model  # noqa: E402
+from pyg_models import pyg_model, pyg_optimizer  # noqa: E402
 
 
 def pyg_step(name, ds):
@@ -32,7 +33,7 @@ def pyg_step(name, ds):
     y = torch.from_numpy(ds.y).cuda()
     train = torch.from_numpy(ds.train_mask).cuda()
     model = pyg_model(name, x.shape[1], ds.num_classes).cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    opt = pyg_optimizer(name, model)
 
     def step():
         model.train()
@@ -63,10 +64,11 @@ def main():
 
             if ds.train_mask is None:
                 ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)
-            for model in ("gcn", "gin"):
+            for model, spec in mt.MODELS.items():
                 dg, data = prepare(ds, None, model, backend="cuda")
-                m = build_model(model, data).to("cuda")
-                t = Trainer(dg, data, m, build_optimizer("adam", m, 0.01, 5e-4), eval_every=0)
+                m = mt.build_model(model, data.num_features, data.num_classes).to("cuda")
+                opt = build_optimizer("adam", m, spec.lr, spec.weight_decay)
+                t = Trainer(dg, data, m, opt, eval_every=0)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     pyg = pyg_step(model, ds)

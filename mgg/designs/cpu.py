@@ -108,6 +108,7 @@ class Pipelined(CpuDesign):
             self.local(op, 0, p.lnp_node.size, out)
             if p.num_remote_edges:
                 self.remote(op, 0, p.rnp_node.size, self.remote_index, self.buffer.node_view, out)
+                self.count(p.num_halo)  # read in place: each peer row at least once
             cpu.finalize(op, self.in_degrees, out)
             return
         nb = len(self.batches)

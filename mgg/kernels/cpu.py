@@ -64,9 +64,7 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
             _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
         else:
             if out.shape[1] % weights.shape[1]:
-                raise ValueError(
-                    f"{weights.shape[1]} heads do not divide the width {out.shape[1]}"
-                )
+                raise ValueError(f"{weights.shape[1]} heads do not divide the width {out.shape[1]}")
             _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 

@@ -1,11 +1,9 @@
 """numba training kernels: dropout keyed by a hash of (key, global row, column), the
-same for edges (attention dropout), a fused softmax cross-entropy over a node mask, and
-SDDMM (per-edge, per-head dot products: the gradient of per-edge weights). Their CUDA twins are in
+same for edges (attention dropout), and SDDMM (per-edge, per-head dot products: the
+gradient of per-edge weights). Their CUDA twins are in
 mgg/kernels/cuda/nn.cu (the same hash, so a GPU run draws the CPU run's masks)."""
 
 from __future__ import annotations
-
-import math
 
 import numba
 import numpy as np
@@ -48,15 +46,6 @@ def sddmm(indptr, indices, a, b, heads: int):
     return out
 
 
-def softmax_ce(logits, y, mask):
-    """(grad [n, C] unscaled, stats float64 [3]: summed -log p, masked rows, right
-    predictions) of the masked rows; grad is softmax - onehot there, 0 elsewhere."""
-    grad = np.empty_like(logits)
-    stats = np.zeros(3, np.float64)
-    _softmax_ce(logits, y, mask, grad, stats)
-    return grad, stats
-
-
 @numba.njit(cache=True, inline="always")
 def _keep(key, row, col, ncols, threshold):
     z = mix64(key + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1)) * GOLDEN)
@@ -97,37 +86,3 @@ def _sddmm(indptr, indices, a, b, heads, out):
                 for j in range(h * c, h * c + c):
                     acc += a[v, j] * b[u, j]
                 out[e, h] = acc
-
-
-@numba.njit(cache=True, parallel=True, fastmath=True)
-def _softmax_ce(logits, y, mask, grad, out):
-    n, c = logits.shape
-    loss = 0.0
-    rows = 0.0
-    right = 0.0
-    for i in numba.prange(n):
-        if not mask[i]:
-            for j in range(c):
-                grad[i, j] = 0
-            continue
-        best = 0
-        for j in range(1, c):
-            if logits[i, j] > logits[i, best]:
-                best = j
-        top = logits[i, best]
-        total = 0.0
-        for j in range(c):
-            e = math.exp(logits[i, j] - top)
-            grad[i, j] = e
-            total += e
-        inv = 1.0 / total
-        for j in range(c):
-            grad[i, j] *= inv
-        grad[i, y[i]] -= 1
-        loss += math.log(total) - (logits[i, y[i]] - top)
-        rows += 1.0
-        if best == y[i]:
-            right += 1.0
-    out[0] = loss
-    out[1] = rows
-    out[2] = right

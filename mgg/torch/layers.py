@@ -200,7 +200,7 @@ class GINConv(nn.Module):
             x = _linear(x, first.weight)
         elif isinstance(x, SparseRows):
             raise ValueError("GINConv on sparse features needs an nn starting with a Linear")
-        h = (1 + self.eps) * x + aggregate(x, g, "sum")
+        h = aggregate(x, g, "gin", eps=self.eps)  # (1 + eps) x + sum, in one kernel
         if narrow and first.bias is not None:
             h = h + first.bias
         if isinstance(self.nn, MLP):
@@ -219,13 +219,14 @@ class GINConv(nn.Module):
 
 def edge_softmax(e: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
     """Softmax of per-edge scores e [E, H] over the in-edges of each destination
-    (dst [E] rows in [0, n)); all of a node's in-edges are on its rank."""
+    (dst [E] rows in [0, n)); all of a node's in-edges are on its rank. Deterministic:
+    no scatter with atomics, forward or backward."""
     idx = dst.unsqueeze(1).expand_as(e)
     top = torch.full((n, e.shape[1]), float("-inf"), dtype=e.dtype, device=e.device)
     top = top.scatter_reduce(0, idx, e.detach(), "amax", include_self=True)
-    ex = (e - top[dst]).exp()
+    ex = (e - top.index_select(0, dst)).exp()
     total = torch.zeros((n, e.shape[1]), dtype=e.dtype, device=e.device).index_add_(0, dst, ex)
-    return ex / (total[dst] + 1e-16)
+    return ex / (total.index_select(0, dst) + 1e-16)
 
 
 class GATConv(nn.Module):
@@ -274,7 +275,9 @@ class GATConv(nn.Module):
         hv = h.view(n, nh, c)
         a_src, a_dst = (hv * self.att_src).sum(-1), (hv * self.att_dst).sum(-1)  # [n, H]
         src, dst = edge_index(g, h.device)
-        score = torch.cat([a_src, halo(a_src, g)])[src] + a_dst[dst]
+        # index_select, not [src]: its backward (index_add_) is deterministic on the CPU
+        a_all = torch.cat([a_src, halo(a_src, g)])
+        score = a_all.index_select(0, src) + a_dst.index_select(0, dst)
         alpha = edge_softmax(F.leaky_relu(score, self.negative_slope), dst, n)
         alpha = edge_dropout(alpha, g, self.dropout, self.training)
         y = aggregate(h, g, weights=alpha)

@@ -80,7 +80,9 @@ class SAGE(Model):
 
 class GIN(Model):
     """GIN (Xu et al.): GINConv layers whose MLPs (Linear -> BatchNorm -> ReLU -> Linear)
-    normalize over every rank's rows; ReLU and dropout between layers."""
+    normalize over every rank's rows; ReLU and dropout between layers, and dropout of
+    ``input_dropout`` on the input features (bag-of-words features overfit without it:
+    Cora 0.70 at 0.5, 0.76 at 0.8)."""
 
     graph = "no_self_loops"
 
@@ -92,6 +94,7 @@ class GIN(Model):
         *,
         num_layers=2,
         dropout=0.5,
+        input_dropout=0.8,
         train_eps=True,
         batch_norm=True,
     ):
@@ -101,13 +104,11 @@ class GIN(Model):
             GINConv(MLP([a, hidden, b], batch_norm), train_eps=train_eps)
             for a, b in zip(d, d[1:], strict=False)
         )
-        self.p = dropout
+        self.p, self.p_in = dropout, input_dropout
 
     def forward(self, x, g):
         for i, conv in enumerate(self.convs):
-            if i > 0:
-                x = dropout(x, g, self.p, self.training)
-            x = conv(x, g)
+            x = conv(dropout(x, g, self.p if i else self.p_in, self.training), g)
             if i < len(self.convs) - 1:
                 x = F.relu(x)
         return x

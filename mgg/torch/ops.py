@@ -50,17 +50,10 @@ class SparseRows:
 
     def __init__(self, m):
         self.m = m
-        self._t = None
 
     @property
     def shape(self):
         return self.m.shape
-
-    @property
-    def T(self):
-        if self._t is None:
-            self._t = self.m.T.tocsr()
-        return self._t
 
     @property
     def device(self) -> torch.device:
@@ -78,7 +71,7 @@ class _SparseLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        return as_tensor((ctx.x.T @ as_array(dy)).T), None
+        return as_tensor((ctx.x.m.T @ as_array(dy)).T), None  # CSC @ dense: no transpose
 
 
 def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -91,23 +84,27 @@ def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.T
 
 # ---- aggregation -------------------------------------------------------------------------
 
-OPS = ("sum", "mean", "gcn")
+OPS = ("sum", "mean", "gcn", "gin")
 
 
 class _Aggregate(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, wl, wr, g, op):
+    def forward(ctx, x, wl, wr, eps, g, op):
         weights = None if wl is None else (as_array(wl), as_array(wr))
         ctx.g, ctx.op, ctx.weighted = g, op, weights is not None
-        ctx.save_for_backward(x if ctx.weighted else None, wl, wr)
-        return as_tensor(g.aggregate(as_array(x), op, weights=weights))
+        ctx.eps = float(eps) if eps is not None else 0.0
+        keep = ctx.weighted or (eps is not None and eps.requires_grad)
+        ctx.save_for_backward(x if keep else None, wl, wr)
+        return as_tensor(g.aggregate(as_array(x), op, weights=weights, eps=ctx.eps))
 
     @staticmethod
     def backward(ctx, dout):
         g, op = ctx.g, ctx.op
         x, wl, wr = ctx.saved_tensors
         dy = as_array(dout)
-        dx = dwl = dwr = None
+        dx = dwl = dwr = deps = None
+        if ctx.needs_input_grad[3]:  # gin: out = (1 + eps) x + sum_u x_u
+            deps = (x * dout).sum().reshape(1)
         if ctx.needs_input_grad[0]:
             if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
                 deg = g.plan.in_degrees()
@@ -117,15 +114,15 @@ class _Aggregate(torch.autograd.Function):
             elif ctx.weighted:
                 wt = g.edge_transpose(to_host(as_array(wl)), to_host(as_array(wr)))
                 dx = g.aggregate(dy, "sum", transpose=True, weights=tuple(_to(w, dy) for w in wt))
-            else:
-                dx = g.aggregate(dy, op, transpose=True)
+            else:  # sum, gcn, gin: the same op over the transposed plan
+                dx = g.aggregate(dy, op, transpose=True, eps=ctx.eps)
             dx = as_tensor(dx)
         if ctx.weighted and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
             dwl, dwr = edge_weight_grads(g, as_array(x), dy, 1 if wl.ndim == 1 else wl.shape[1])
             dwl, dwr = as_tensor(dwl), as_tensor(dwr)
             if wl.ndim == 1:
                 dwl, dwr = dwl[:, 0], dwr[:, 0]
-        return dx, dwl, dwr, None, None
+        return dx, dwl, dwr, deps, None, None
 
 
 def edge_weight_grads(g, x, dy, heads: int):
@@ -139,19 +136,24 @@ def edge_weight_grads(g, x, dy, heads: int):
     )
 
 
-def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None) -> torch.Tensor:
+def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> torch.Tensor:
     """Aggregate x [n, D] over the in-edges of this rank's nodes; returns [n, D].
 
-    op       'sum', 'mean' (0 for nodes without in-edges) or 'gcn' (the plan's weights)
+    op       'sum', 'mean' (0 for nodes without in-edges), 'gcn' (the plan's weights) or
+             'gin': (1 + eps) x + sum (eps a tensor [1] or a float)
     weights  per-edge weights for a weighted sum: a tensor [E] or [E, H] (H heads of D/H
              columns each) over the edges in ``edge_index(g)`` order, local then remote
-    Differentiable in x and the weights; the backward runs over the transposed plan.
+    Differentiable in x, eps and the weights; the backward runs over the transposed plan.
     """
     if op not in OPS:
         raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     check_rows(x, g, "aggregate")
+    if (op == "gin") != (eps is not None):
+        raise ValueError("eps goes with op 'gin', and only with it")
+    if eps is not None and not isinstance(eps, torch.Tensor):
+        eps = torch.tensor([float(eps)])
     if weights is None:
-        return _Aggregate.apply(x, None, None, g, op)
+        return _Aggregate.apply(x, None, None, eps, g, op)
     if op != "sum":
         raise ValueError(f"edge weights make a weighted sum, not {op!r}")
     el = g.plan.num_local_edges
@@ -160,7 +162,7 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None) -> torch.Tensor
             f"weights have {weights.shape[0]} rows but rank {g.rank} holds "
             f"{el + g.plan.num_remote_edges} edges"
         )
-    return _Aggregate.apply(x, weights[:el], weights[el:], g, op)
+    return _Aggregate.apply(x, weights[:el], weights[el:], None, g, op)
 
 
 def check_rows(x, g, what: str) -> None:

@@ -1,7 +1,7 @@
 // Element-wise training kernels, the CUDA twins of mgg/kernels/cpu_nn.py:
 // dropout keyed by a hash of (key, global row, column) — the same hash, so a GPU run
-// draws the CPU run's masks — the same for edges (attention dropout), a fused softmax
-// cross-entropy over a node mask, and SDDMM (per-edge, per-head dot products).
+// draws the CPU run's masks — the same for edges (attention dropout), and SDDMM
+// (per-edge, per-head dot products).
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -81,40 +81,5 @@ extern "C" __global__ void mgg_sddmm(const i64* __restrict__ indptr,
         float acc = 0.0f;
         for (int j = 0; j < c; ++j) acc += x[j] * y[j];
         out[t] = acc;
-    }
-}
-
-// One thread per row: grad = softmax - onehot on masked rows (0 elsewhere);
-// stats[0] += -log p(y), stats[1] += 1, stats[2] += (argmax == y)
-extern "C" __global__ void mgg_softmax_ce(const float* __restrict__ logits,
-                                          const i64* __restrict__ y,
-                                          const bool* __restrict__ mask,
-                                          float* __restrict__ grad, double* stats, i64 n,
-                                          int c) {
-    i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        const float* row = logits + i * c;
-        float* g = grad + i * c;
-        if (!mask[i]) {
-            for (int j = 0; j < c; ++j) g[j] = 0.0f;
-            continue;
-        }
-        int best = 0;
-        for (int j = 1; j < c; ++j)
-            if (row[j] > row[best]) best = j;
-        const float top = row[best];
-        double total = 0.0;
-        for (int j = 0; j < c; ++j) {
-            float e = expf(row[j] - top);
-            g[j] = e;
-            total += e;
-        }
-        const float inv = (float)(1.0 / total);
-        for (int j = 0; j < c; ++j) g[j] *= inv;
-        const i64 yi = y[i];
-        g[yi] -= 1.0f;
-        atomicAdd(stats, log(total) - (double)(row[yi] - top));
-        atomicAdd(stats + 1, 1.0);
-        if (best == yi) atomicAdd(stats + 2, 1.0);
     }
 }

@@ -140,28 +140,3 @@ def sddmm(indptr, indices, a, b, heads: int):
         ),
     )
     return out
-
-
-def softmax_ce(logits, y, mask):
-    """(grad [n, C] unscaled, stats float64 [3] on the host: summed -log p, masked rows,
-    right predictions) — as mgg.nn.loss._softmax_ce."""
-    import cupy
-
-    logits = cupy.ascontiguousarray(logits, cupy.float32)
-    n, c = logits.shape
-    grad = cupy.empty_like(logits)
-    stats = cupy.zeros(3, cupy.float64)
-    _fn("mgg_softmax_ce")(
-        (_blocks(n),),
-        (THREADS,),
-        (
-            logits,
-            cupy.asarray(y, cupy.int64),
-            cupy.asarray(mask, cupy.bool_),
-            grad,
-            stats,
-            np.int64(n),
-            np.int32(c),
-        ),
-    )
-    return grad, cupy.asnumpy(stats)
