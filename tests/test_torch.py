@@ -198,6 +198,13 @@ def run(dg, lb, ub):
 
 dg = DistGraph.build(g, comm, ps=4, design=DESIGN)
 y, dx, grads = run(dg, dg.lb, dg.ub)
+refused = ""
+if KIND == "gin":  # torch's own BatchNorm would normalize each rank alone
+    seq = torch.nn.Sequential(torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8))
+    try:
+        mt.GINConv(seq)(torch.randn(dg.num_local_nodes, 12), dg)
+    except ValueError as e:
+        refused = str(e)
 ys, dxs = comm.gather(y), comm.gather(dx)
 if comm.rank == 0:
     y1, dx1, grads1 = run(DistGraph.build(g, None, ps=4), 0, n)
@@ -206,6 +213,7 @@ if comm.rank == 0:
         "dx": float(np.abs(np.concatenate(dxs) - dx1).max()),
         "params": {k: float(np.abs(grads[k] - grads1[k]).max()) for k in grads1},
         "scale": float(np.abs(y1).max()),
+        "refused": refused,
     }
     print(json.dumps(err))
 """
@@ -234,3 +242,5 @@ def test_p_ranks_equal_one_process(tmp_path, kind, nprocs, design):
     assert err["y"] < 1e-4 and err["dx"] < 1e-4, err
     for name, e in err["params"].items():
         assert e < 1e-3, (name, err)
+    if kind == "gin":
+        assert "normalizes each rank's rows alone" in err["refused"]

@@ -17,6 +17,7 @@ mgg.torch.models.MODELS for the CLI.
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -146,9 +147,7 @@ class MLP(nn.Module):
         super().__init__()
         if len(channels) < 2:
             raise ValueError(f"an MLP needs at least [in, out] channels, got {channels}")
-        self.lins = nn.ModuleList(
-            nn.Linear(a, b) for a, b in zip(channels, channels[1:], strict=False)
-        )
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(channels))
         self.norms = nn.ModuleList(
             BatchNorm(c) if batch_norm else nn.Identity() for c in channels[1:-1]
         )
@@ -194,6 +193,13 @@ class GINConv(nn.Module):
         return None
 
     def forward(self, x, g) -> torch.Tensor:
+        if g.size > 1 and any(
+            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.nn.modules()
+        ):
+            raise ValueError(
+                "torch's BatchNorm normalizes each rank's rows alone: use mgg.torch.MLP or "
+                "mgg.torch.BatchNorm, whose statistics cover every rank"
+            )
         first = self._first_linear()
         narrow = first is not None and _narrower(x, first.out_features)
         if narrow:
@@ -207,13 +213,6 @@ class GINConv(nn.Module):
             return self.nn(h, g, first_done=narrow)
         if narrow:
             return self.nn[1:](h)
-        if g.size > 1 and any(
-            isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.nn.modules()
-        ):
-            raise ValueError(
-                "torch's BatchNorm normalizes each rank's rows alone: use mgg.torch.MLP or "
-                "mgg.torch.BatchNorm, whose statistics cover every rank"
-            )
         return self.nn(h)
 
 

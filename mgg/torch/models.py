@@ -9,6 +9,7 @@ new one in MODELS with its defaults to train it with ``mgg train --model NAME``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +46,7 @@ class GCN(Model):
     def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
-        self.convs = nn.ModuleList(GCNConv(a, b) for a, b in zip(d, d[1:], strict=False))
+        self.convs = nn.ModuleList(GCNConv(a, b) for a, b in pairwise(d))
         self.p = dropout
 
     def forward(self, x, g):
@@ -72,7 +73,7 @@ class SAGE(Model):
     def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
-        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in zip(d, d[1:], strict=False))
+        self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in pairwise(d))
         self.p = dropout
 
     forward = GCN.forward
@@ -101,8 +102,7 @@ class GIN(Model):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(
-            GINConv(MLP([a, hidden, b], batch_norm), train_eps=train_eps)
-            for a, b in zip(d, d[1:], strict=False)
+            GINConv(MLP([a, hidden, b], batch_norm), train_eps=train_eps) for a, b in pairwise(d)
         )
         self.p, self.p_in = dropout, input_dropout
 

@@ -9,10 +9,10 @@ views of CPU tensors, DLPack between torch and CuPy on GPUs.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
-from ..backend import on_gpu, to_host
+from ..backend import is_sparse, on_gpu, to_host
+from ..distgraph import DistGraph
 
 # ---- tensors <-> arrays ------------------------------------------------------------------
 
@@ -167,7 +167,7 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
 
 def check_rows(x, g, what: str) -> None:
     """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
-    if g.__class__.__name__ != "DistGraph":
+    if not isinstance(g, DistGraph):
         raise TypeError(
             f"{what} needs the job's DistGraph as its graph, got {type(g).__name__}: "
             "mgg layers run inside an mgg job (mgg.train.prepare builds it)"
@@ -264,9 +264,8 @@ class _Dropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         lb, threshold, scale = ctx.args
-        return as_tensor(ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale)), *(
-            None,
-        ) * 4
+        dx = ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale)  # same mask
+        return as_tensor(dx), None, None, None, None
 
 
 def dropout(x, g, p: float = 0.5, training: bool = True):
@@ -334,7 +333,7 @@ def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 def as_features(x, device: str = "cpu"):
     """Input features as what layers take: a float32 tensor, or SparseRows when sparse."""
-    if sp.issparse(x) or type(x).__module__.startswith("cupyx.scipy.sparse"):
+    if is_sparse(x):
         return SparseRows(x)
     if isinstance(x, torch.Tensor):
         return x
