@@ -125,6 +125,9 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--hidden", type=int, default=None, help="default: the model's")
     s.add_argument("--layers", type=int, default=None, help="default: the model's")
     s.add_argument("--heads", type=int, default=None, help="attention heads (gat; default 8)")
+    s.add_argument(
+        "--input-dropout", type=float, default=None, help="on the features (gin; default 0.9)"
+    )
     s.add_argument("--dropout", type=float, default=None, help="default: the model's")
     s.add_argument("--lr", type=float, default=None, help="default: the model's")
     s.add_argument(
@@ -347,8 +350,12 @@ def cmd_train(args) -> int:
     )
     setup_s = time.perf_counter() - t0
     spec = MODELS[args.model]
-    if args.heads is not None and args.model != "gat":
-        raise ValueError("--heads is an option of --model gat")
+    extra = {}
+    for flag, model in (("heads", "gat"), ("input_dropout", "gin")):
+        if getattr(args, flag) is not None:
+            if args.model != model:
+                raise ValueError(f"--{flag.replace('_', '-')} is an option of --model {model}")
+            extra[flag] = getattr(args, flag)
     model = build_model(
         args.model,
         data.num_features,
@@ -357,7 +364,7 @@ def cmd_train(args) -> int:
         layers=args.layers,
         dropout=args.dropout,
         seed=args.seed,
-        **({"heads": args.heads} if args.heads is not None else {}),
+        **extra,
     ).to(data.y.device)
     opt = build_optimizer(
         args.optimizer,
