@@ -332,10 +332,10 @@ def cmd_train(args) -> int:
     backend = get_backend(args.backend)
     comm = backend.comm(window=args.window)  # first: a failing rank now aborts the job
     lead = comm.rank == 0
-    t0 = time.perf_counter()
-    ds = resolve(args.dataset, scale=args.scale, seed=args.seed)
     if args.model not in MODELS:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
+    t0 = time.perf_counter()
+    ds = resolve(args.dataset, scale=args.scale, seed=args.seed)
     knobs = {"dist": args.dist} if args.design == "pipelined" else {}
     dg, data = prepare(
         ds,
