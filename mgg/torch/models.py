@@ -28,9 +28,18 @@ def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
 
 
 class Model(nn.Module):
-    """What every model here shares: a stack of convs with dropout and an activation."""
+    """What every model here shares: [dropout -> conv -> activation] x (L-1) -> dropout ->
+    conv, with dropout ``p_in`` on the input features and ``p`` between layers."""
 
     graph = "as_is"
+    act = staticmethod(F.relu)
+
+    def forward(self, x, g):
+        for i, conv in enumerate(self.convs):
+            x = conv(dropout(x, g, self.p if i else self.p_in, self.training), g)
+            if i < len(self.convs) - 1:
+                x = self.act(x)
+        return x
 
     def param_groups(self, weight_decay: float) -> list[dict]:
         """Optimizer parameter groups: L2 weight decay on every parameter."""
@@ -47,14 +56,7 @@ class GCN(Model):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(GCNConv(a, b) for a, b in pairwise(d))
-        self.p = dropout
-
-    def forward(self, x, g):
-        for i, conv in enumerate(self.convs):
-            x = conv(dropout(x, g, self.p, self.training), g)
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
+        self.p = self.p_in = dropout
 
     def param_groups(self, weight_decay):
         first = list(self.convs[0].parameters())
@@ -74,9 +76,7 @@ class SAGE(Model):
         super().__init__()
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in pairwise(d))
-        self.p = dropout
-
-    forward = GCN.forward
+        self.p = self.p_in = dropout
 
 
 class GIN(Model):
@@ -107,19 +107,13 @@ class GIN(Model):
         )
         self.p, self.p_in = dropout, input_dropout
 
-    def forward(self, x, g):
-        for i, conv in enumerate(self.convs):
-            x = conv(dropout(x, g, self.p if i else self.p_in, self.training), g)
-            if i < len(self.convs) - 1:
-                x = F.relu(x)
-        return x
-
 
 class GAT(Model):
     """Veličković et al.: dropout -> GATConv(heads x hidden, concat) -> ELU -> ... ->
     dropout -> GATConv(out, 1 head); attention dropout as the input dropout."""
 
     graph = "self_loops"
+    act = staticmethod(F.elu)
 
     def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.6, heads=8):
         super().__init__()
@@ -134,14 +128,7 @@ class GAT(Model):
                 )
             )
         self.convs = nn.ModuleList(convs)
-        self.p = dropout
-
-    def forward(self, x, g):
-        for i, conv in enumerate(self.convs):
-            x = conv(dropout(x, g, self.p, self.training), g)
-            if i < len(self.convs) - 1:
-                x = F.elu(x)
-        return x
+        self.p = self.p_in = dropout
 
 
 @dataclass(frozen=True)
@@ -180,33 +167,20 @@ def build_model(
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[name]
+    hidden = spec.hidden if hidden is None else hidden
+    layers = spec.layers if layers is None else layers
+    dropout = spec.dropout if dropout is None else dropout
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = spec.cls(
-            in_dim,
-            spec.hidden if hidden is None else hidden,
-            out_dim,
-            num_layers=spec.layers if layers is None else layers,
-            dropout=spec.dropout if dropout is None else dropout,
-            **kw,
-        )
+        model = spec.cls(in_dim, hidden, out_dim, num_layers=layers, dropout=dropout, **kw)
     model.config = {
         "model": name,
         "in_dim": in_dim,
-        "hidden": spec.hidden if hidden is None else hidden,
+        "hidden": hidden,
         "out_dim": out_dim,
-        "num_layers": spec.layers if layers is None else layers,
-        "dropout": spec.dropout if dropout is None else dropout,
+        "num_layers": layers,
+        "dropout": dropout,
         "seed": seed,
         **kw,
     }
     return model
-
-
-def required_graph(model: nn.Module) -> str:
-    """The graph a model's layers expect (they must agree)."""
-    kinds = {m.graph for m in model.modules() if hasattr(m, "graph") and m is not model}
-    kinds = kinds or {getattr(model, "graph", "as_is")}
-    if len(kinds) > 1:
-        raise ValueError(f"the layers of this model expect different graphs: {sorted(kinds)}")
-    return kinds.pop()

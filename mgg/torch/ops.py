@@ -107,9 +107,7 @@ class _Aggregate(torch.autograd.Function):
             deps = (x * dout).sum().reshape(1)
         if ctx.needs_input_grad[0]:
             if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
-                deg = g.plan.in_degrees()
-                inv = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(dy.dtype)
-                dy_t = dy * _to(inv, dy)[:, None]
+                dy_t = dy * _to(_inverse_in_degrees(g, dy.dtype), dy)[:, None]
                 dx = g.aggregate(dy_t, "sum", transpose=True)
             elif ctx.weighted:
                 wt = g.edge_transpose(to_host(as_array(wl)), to_host(as_array(wr)))
@@ -123,6 +121,15 @@ class _Aggregate(torch.autograd.Function):
             if wl.ndim == 1:
                 dwl, dwr = dwl[:, 0], dwr[:, 0]
         return dx, dwl, dwr, deps, None, None
+
+
+def _inverse_in_degrees(g, dtype) -> np.ndarray:
+    """[n]: 1/in-degree of each local node (0 without in-edges), computed once per graph."""
+    key = ("inverse_in_degrees", np.dtype(dtype).str)
+    if key not in g.cache:
+        deg = g.plan.in_degrees()
+        g.cache[key] = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(dtype)
+    return g.cache[key]
 
 
 def edge_weight_grads(g, x, dy, heads: int):
@@ -279,11 +286,11 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return x
+    check_rows(x, g, "dropout")
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
     key, threshold, scale = _mask_args(p, g, dtype)
     if isinstance(x, SparseRows):
         return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale))
-    check_rows(x, g, "dropout")
     return _Dropout.apply(x, g, key, threshold, scale)
 
 
