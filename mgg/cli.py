@@ -22,6 +22,15 @@ GRAPH = (
 )
 DIST = "interleaving distance (cpu: fetch batches in flight; cuda: partitions per warp)"
 REMOTE = "CUDA peer reads: loads via nvshmem_ptr (p2p), device gets (get), p2p if all map (auto)"
+PART_MODEL = (
+    "the graph the plans are of: a model's (gcn, sage, gin, gat) or a graph kind (as_is, "
+    "gcn_norm, self_loops, no_self_loops); default gcn with --out, else the graph as given"
+)
+DISTRIBUTED = (
+    "launched with mggrun -np P: each rank reads only its slice of FILE (edge list, MGG "
+    "binary CSR or .npz) and builds its own plan"
+)
+SHARDED = "; or a sharded dataset folder written by mgg partition --out"
 BALANCE = "balance edges (Algorithm 1) or node counts"
 START = "start at (1, 1, 1) as the paper, or at the model's best guess"
 MODEL = (
@@ -65,12 +74,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_info)
 
-    s = sub.add_parser("partition", help="partition a graph and report the plan's statistics")
+    s = sub.add_parser(
+        "partition", help="partition a graph: report the plans, or write a sharded dataset"
+    )
     _graph_args(s)
-    s.add_argument("--np", type=int, required=True, help="number of ranks P")
+    s.add_argument(
+        "--np", type=int, default=None, help="number of ranks P (--distributed: the job's)"
+    )
     s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
     s.add_argument("--mode", choices=["edges", "nodes"], default="edges", help=BALANCE)
     s.add_argument("--no-transposed", action="store_true", help="skip the backward plans")
+    s.add_argument("--out", help="write a sharded dataset to this folder (each rank opens its own)")
+    s.add_argument("--model", default=None, help=PART_MODEL)
+    s.add_argument("--force", action="store_true", help="replace --out if it exists")
+    s.add_argument("--distributed", action="store_true", help=DISTRIBUTED)
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_partition)
 
@@ -112,11 +129,17 @@ def _parser() -> argparse.ArgumentParser:
         s, dataset="planted:nodes=250000,classes=8,degree=12,features=32", epochs=40, eval_every=5
     )
     s.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("convert", help="convert a graph or dataset between file formats")
+    s.add_argument("input", help=CONVERT_IN)
+    s.add_argument("output", help=CONVERT_OUT)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=cmd_convert)
     return p
 
 
 def _train_args(s, dataset=None, epochs=200, eval_every=1):
-    s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH)
+    s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH + SHARDED)
     s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
     s.add_argument("--model", default="gcn", help=MODEL)
     s.add_argument("--epochs", type=int, default=epochs)
@@ -135,7 +158,7 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
     )
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
-    s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
+    s.add_argument("--ps", type=int, default=None, help="neighbor partition size (16)")
     s.add_argument("--dist", type=int, default=4, help=DIST)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     s.add_argument("--window", choices=["auto", "shm", "rma"], default="auto")
@@ -150,15 +173,47 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
 
 
 def _graph_args(s):
-    s.add_argument("graph", help=GRAPH)
+    s.add_argument("graph", help=GRAPH + SHARDED)
     s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
     s.add_argument("--seed", type=int, default=0)
 
 
-def _load(args):
+def open_dataset(spec: str, scale=None, seed: int = 0):
+    """A Dataset from a spec, or a ShardedDataset for a folder written by --out."""
+    from .partition.shards import ShardedDataset, is_sharded
+
+    if is_sharded(spec):
+        return ShardedDataset(spec)
     from .graph.specs import resolve
 
-    return resolve(args.graph, scale=args.scale, seed=args.seed)
+    return resolve(spec, scale=scale, seed=seed)
+
+
+def _load(args):
+    return open_dataset(args.graph, args.scale, args.seed)
+
+
+def _sizes(ds) -> tuple[int, int]:
+    g = getattr(ds, "graph", ds)
+    return g.num_nodes, g.num_edges
+
+
+def _graph_kind(model: str | None, default: str) -> str:
+    from .graph.core import GRAPH_KINDS
+
+    if model is None:
+        return default
+    if model in GRAPH_KINDS:
+        return model
+    from .train import graph_kind
+
+    return graph_kind(model)
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _quiet(args) -> bool:
@@ -197,38 +252,141 @@ def cmd_info(args) -> int:
 
 # ---- partition ---------------------------------------------------------------------------
 def cmd_partition(args) -> int:
+    from .graph.core import job_graph
     from .partition import build_plan, plan_stats
+    from .partition.shards import ShardedDataset, write_sharded
 
+    if args.distributed:
+        return _partition_distributed(args)
+    if args.np is None:
+        raise ValueError("--np P is required (the number of ranks to partition for)")
+    if args.out and args.no_transposed:
+        raise ValueError("--out writes shards to train on, which need the transposed plans")
+    kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
     t0 = time.perf_counter()
     ds = _load(args)
+    if isinstance(ds, ShardedDataset):
+        raise ValueError(f"{args.graph}: already a sharded dataset (partitioned for np={ds.np})")
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     plans = build_plan(
-        ds.graph, args.np, args.ps, mode=args.mode, transposed=not args.no_transposed
+        job_graph(ds.graph, kind),
+        args.np,
+        args.ps,
+        mode=args.mode,
+        transposed=not args.no_transposed,
     )
-    st = {**plan_stats(plans, time.perf_counter() - t0), "graph": ds.name, "load_seconds": load_s}
+    st = {**plan_stats(plans, time.perf_counter() - t0), "graph": ds.name, "kind": kind}
+    st["load_seconds"] = load_s
+    if args.out:
+        t0 = time.perf_counter()
+        rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
+        write_sharded(args.out, plans, rows, kind, _source(args), force=args.force)
+        st.update(out=args.out, write_seconds=time.perf_counter() - t0)
+    st["peak_rss_mb"] = [_peak_rss_mb()]
+    _report_partition(args, st, [q.stats() for q in plans])
+    return 0
+
+
+def _source(args) -> dict:
+    import os
+
+    from .graph.formats.slices import source_checksum
+
+    if os.path.exists(args.graph) or os.path.exists(args.graph + "_beg_pos.bin"):
+        return source_checksum(args.graph)
+    return {"spec": args.graph, "scale": args.scale, "seed": args.seed}
+
+
+def _partition_distributed(args) -> int:
+    from .backend import get_backend
+    from .graph.formats.slices import read_edge_slice, read_node_rows
+    from .partition import plan_stats
+    from .partition.distributed import build_plan_distributed
+    from .partition.shards import begin, commit, node_info, plan_info, write_shard
+    from .progress import progress
+
+    comm = get_backend("cpu").comm()  # first: from here on a failing rank aborts the job
+    if args.np is not None and args.np != comm.size:
+        raise ValueError(
+            f"--np {args.np} but the job has {comm.size} ranks: --distributed partitions for "
+            "the job's ranks (mggrun -np P)"
+        )
+    if args.out and args.no_transposed:
+        raise ValueError("--out writes shards to train on, which need the transposed plans")
+    import os
+
+    if not (os.path.isfile(args.graph) or os.path.isfile(args.graph + "_beg_pos.bin")):
+        raise ValueError(
+            f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or .npz); "
+            "generators and folders are partitioned in one process (drop --distributed)"
+        )
+    kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
+    bar = progress(total=4 if args.out else 3, desc="partition")
+    with bar:
+        bar.set_postfix_str("read slices")
+        t0 = time.perf_counter()
+        part = read_edge_slice(args.graph, comm.rank, comm.size)
+        load_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
+        bar.update()
+        bar.set_postfix_str("exchange edges, build plans")
+        t0 = time.perf_counter()
+        plan = build_plan_distributed(
+            part, comm, args.ps, kind=kind, mode=args.mode, transposed=not args.no_transposed
+        )
+        del part
+        plan_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
+        bar.update()
+        bar.set_postfix_str("node data")
+        stats = comm.allgather(plan.stats())
+        rows = read_node_rows(args.graph, plan.lb, plan.ub, args.seed)
+        st = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}
+        st["load_seconds"] = load_s
+        bar.update()
+        if args.out:
+            bar.set_postfix_str("write shards")
+            t0 = time.perf_counter()
+            tmp_run = begin(args.out, args.force) if comm.rank == 0 else None
+            tmp, run = comm.bcast(tmp_run)
+            tables = comm.gather(write_shard(tmp, run, plan, rows))
+            infos = comm.gather(plan_info(plan))
+            if comm.rank == 0:
+                info = {"graph_kind": kind, "source": _source(args), **node_info(rows)}
+                commit(args.out, tmp, run, infos, tables, info, args.force)
+            comm.barrier()
+            st.update(out=args.out, write_seconds=time.perf_counter() - t0)
+            bar.update()
+    st["peak_rss_mb"] = comm.allgather(_peak_rss_mb())
+    if comm.rank == 0:
+        _report_partition(args, st, stats)
+    return 0
+
+
+def _report_partition(args, st, stats) -> None:
     if not _quiet(args):
         print(
-            f"{st['graph']}: {st['num_nodes']:,} nodes, {st['num_edges']:,} edges, "
-            f"P={st['np']}, ps={st['ps']}; build_plan {st['plan_seconds']:.3f} s "
+            f"{st['graph']} ({st['kind']}): {st['num_nodes']:,} nodes, {st['num_edges']:,} "
+            f"edges, P={st['np']}, ps={st['ps']}; plans {st['plan_seconds']:.3f} s "
             f"(load {st['load_seconds']:.2f} s)"
         )
         rows = [
             [s["rank"], f"[{s['lb']}, {s['ub']})", s["nodes"]]
             + [s["local_edges"] + s["remote_edges"]]
             + [s[k] for k in ("local_edges", "remote_edges", "halo_rows", "lnp", "rnp")]
-            for s in (q.stats() for q in plans)
+            + [s["digest"][:12]]
+            for s in stats
         ]
         heads = ["rank", "range", "nodes", "edges", "local", "remote", "halo rows", "LNP", "RNP"]
-        print(format_table(rows, heads))
+        print(format_table(rows, heads + ["fingerprint"]))
         print(
             f"imbalance (max/mean edges) {st['imbalance']:.3f} · remote fraction "
             f"{st['remote_fraction']:.3f} · remote rows fetched once: {st['halo_rows']:,} of "
             f"{st['remote_edges']:,} remote edges ({st['dedup_saving']:.2f}x fewer)"
         )
+        if "out" in st:
+            print(f"sharded dataset written to {st['out']}/ in {st['write_seconds']:.2f} s")
     if args.json:
         print(json.dumps(st))
-    return 0
 
 
 # ---- check -------------------------------------------------------------------------------
@@ -260,7 +418,7 @@ def cmd_check(args) -> int:
     if comm.rank == 0:
         if not _quiet(args):
             print(
-                f"{ds.name}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, "
+                f"{ds.name}: {_sizes(ds)[0]:,} nodes, {_sizes(ds)[1]:,} edges, "
                 f"P={comm.size}, D={args.dim}, ps={args.ps}, dist={args.dist}"
             )
             rows = [
@@ -325,7 +483,6 @@ def cmd_tune(args) -> int:
 # ---- train -------------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from .backend import get_backend, is_sparse
-    from .graph.specs import resolve
     from .torch import MODELS, build_model
     from .train import Trainer, build_optimizer, prepare
 
@@ -335,7 +492,8 @@ def cmd_train(args) -> int:
     if args.model not in MODELS:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
     t0 = time.perf_counter()
-    ds = resolve(args.dataset, scale=args.scale, seed=args.seed)
+    ds = open_dataset(args.dataset, args.scale, args.seed)
+    num_nodes, num_edges = _sizes(ds)
     knobs = {"dist": args.dist} if args.design == "pipelined" else {}
     dg, data = prepare(
         ds,
@@ -375,7 +533,7 @@ def cmd_train(args) -> int:
     say = print if lead and not _quiet(args) else None
     if say:
         say(
-            f"{ds.name}: {ds.graph.num_nodes:,} nodes, {ds.graph.num_edges:,} edges, "
+            f"{ds.name}: {num_nodes:,} nodes, {num_edges:,} edges, "
             f"{data.num_features} features{' (sparse)' if is_sparse(data.x) else ''}, "
             f"{data.num_classes} classes; {args.model.upper()} on {comm.size} rank(s); "
             f"setup {setup_s:.1f} s{'; ' + data.notes if data.notes else ''}"
@@ -405,10 +563,11 @@ def cmd_train(args) -> int:
         "dataset": ds.name,
         "np": comm.size,
         "epochs": args.epochs,
-        "num_nodes": ds.graph.num_nodes,
-        "num_edges": ds.graph.num_edges,
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
         "setup_s": setup_s,
         **summary,
+        "peak_rss_mb": comm.allgather(_peak_rss_mb()),
     }
     if say:
         peer = result["bytes_per_epoch"]
@@ -419,6 +578,46 @@ def cmd_train(args) -> int:
         )
     if lead and args.json:
         print(json.dumps(result))
+    return 0
+
+
+# ---- convert -----------------------------------------------------------------------------
+CONVERT_IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
+CONVERT_OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
+
+
+def cmd_convert(args) -> int:
+    import warnings
+
+    from .graph.formats import dropped_on_write, format_name, write_graph
+    from .graph.specs import resolve
+
+    t0 = time.perf_counter()
+    ds = resolve(args.input)
+    lost = dropped_on_write(ds, args.output)
+    if lost:
+        print(
+            f"mgg convert: warning: {args.output} ({format_name(args.output)}) cannot hold "
+            f"the {', '.join(lost)} of {args.input}: dropped",
+            file=sys.stderr,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what is dropped was reported above
+        write_graph(ds, args.output)
+    res = {
+        "in": args.input,
+        "out": args.output,
+        "num_nodes": ds.graph.num_nodes,
+        "num_edges": ds.graph.num_edges,
+        "seconds": time.perf_counter() - t0,
+    }
+    if not _quiet(args):
+        print(
+            f"{args.input} -> {args.output} ({format_name(args.output)}): "
+            f"{res['num_nodes']:,} nodes, {res['num_edges']:,} edges in {res['seconds']:.2f} s"
+        )
+    if args.json:
+        print(json.dumps(res))
     return 0
 
 

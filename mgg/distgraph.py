@@ -182,7 +182,7 @@ class DistGraph:
 
     def _design(self, transpose: bool, dim: int):
         """The next of the two designs for this direction and width (collective setup)."""
-        key = (transpose, dim)
+        key = (transpose and not self.plan.symmetric, dim)  # a symmetric plan is its own
         if key not in self._designs:
             t0 = time.perf_counter()
             plan = self.plan.transposed if transpose else self.plan

@@ -16,13 +16,14 @@ import torch.nn.functional as F
 
 from .backend import Backend
 from .distgraph import DistGraph
-from .graph.dataset import Dataset, make_split, random_features
+from .graph.core import GRAPH_KINDS, job_graph
+from .graph.dataset import Dataset, random_features
+from .partition.shards import ShardedDataset
 from .progress import progress
 from .torch import MODELS, SparseRows, as_features, sync_gradients
 
 FEATURELESS_IDENTITY_MAX = 200_000  # up to this many nodes, featureless graphs get one-hot ids
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
-GRAPHS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
 
 
 @dataclass
@@ -42,65 +43,65 @@ class LocalData:
     notes: str = ""
 
 
-def job_graph(graph, kind: str):
-    """The graph a model's layers expect: 'gcn_norm' (self loops, symmetric weights),
-    'self_loops' (one per node), 'no_self_loops' or 'as_is'."""
-    if kind not in GRAPHS:
-        raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPHS)}")
-    if kind == "gcn_norm":
-        return graph.gcn_norm()
-    if kind == "self_loops":
-        return graph.remove_self_loops().add_self_loops()
-    if kind == "no_self_loops":
-        return graph.remove_self_loops()
-    return graph
+def graph_kind(model: str) -> str:
+    """The graph kind a registered model (or a graph kind itself) trains on."""
+    if model in MODELS:
+        return MODELS[model].cls.graph
+    if model in GRAPH_KINDS:
+        return model
+    raise ValueError(
+        f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
+        f"(or a graph kind: {', '.join(GRAPH_KINDS)})"
+    )
 
 
 def prepare(
-    dataset: Dataset,
+    dataset: Dataset | ShardedDataset,
     comm=None,
     model: str = "gcn",
     *,
-    ps: int = 16,
+    ps: int | None = None,
     seed: int = 0,
     row_normalize: bool = False,
     design: str = "pipelined",
     backend: str | Backend = "cpu",
     **knobs,
 ) -> tuple[DistGraph, LocalData]:
-    """Partition ``dataset`` for the job of ``comm`` and slice this rank's node data.
+    """This rank's plan and node data for the job of ``comm``.
 
+    ``dataset``: a Dataset (partitioned here, on every rank) or a ShardedDataset (rank r
+    opens only its shard, partitioned beforehand by ``mgg partition --out``).
     ``model``: a registered model name (its layers say which graph they expect) or a graph
-    kind of ``job_graph``. Datasets without a split get 20 training and 30 validation
-    nodes per class (seeded); datasets without features get one-hot node ids (sparse) or,
-    beyond 200,000 nodes, seeded random ones. Wide dense features that are mostly zeros
-    (bag-of-words) are stored sparse. ``row_normalize`` scales each feature row to sum 1
-    (Kipf & Welling's preprocessing).
+    kind of ``job_graph``. ``ps`` defaults to 16 (or the shards'). Datasets without a split
+    get 20 training and 30 validation nodes per class (seeded); datasets without features
+    get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random ones. Wide dense
+    features that are mostly zeros (bag-of-words) are stored sparse. ``row_normalize``
+    scales each feature row to sum 1 (Kipf & Welling's preprocessing).
     """
-    if model in MODELS:
-        kind = MODELS[model].cls.graph
-    elif model in GRAPHS:
-        kind = model
+    kind = graph_kind(model)
+    size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
+    if isinstance(dataset, ShardedDataset):
+        dataset.check_job(size, kind, model)
+        if not dataset.labels:
+            raise ValueError(f"{dataset.path}: no labels: node classification needs them")
+        shard = dataset.open(rank, size)
+        plan = shard.plan if ps is None else shard.plan.with_ps(ps)
+        dg = DistGraph(plan, comm, design=design, backend=backend, **knobs)
+        rows, n = shard.rows, dataset.num_nodes
     else:
-        raise ValueError(
-            f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
-            f"(or a graph kind: {', '.join(GRAPHS)})"
+        if dataset.y is None:
+            raise ValueError(
+                f"dataset {dataset.name!r} has no labels: node classification needs them"
+            )
+        g = job_graph(dataset.graph, kind)
+        dg = DistGraph.build(
+            g, comm, 16 if ps is None else ps, design=design, backend=backend, **knobs
         )
-    if dataset.y is None:
-        raise ValueError(f"dataset {dataset.name!r} has no labels: node classification needs them")
-    dg = DistGraph.build(
-        job_graph(dataset.graph, kind), comm, ps, design=design, backend=backend, **knobs
-    )
+        rows, n = dataset.rows(dg.lb, dg.ub, seed), dataset.graph.num_nodes
     dg.seed = seed
-    lb, ub, n = dg.lb, dg.ub, dataset.graph.num_nodes
-    c = int(dataset.num_classes)
-    notes = ""
-    if dataset.train_mask is None:
-        masks = make_split(dataset.y, c, 20, 30, seed=seed)
-        notes = "split: 20 train / 30 val per class (seeded), the rest test"
-    else:
-        masks = (dataset.train_mask, dataset.val_mask, dataset.test_mask)
-    if dataset.x is None:
+    lb, ub = dg.lb, dg.ub
+    notes = rows.notes
+    if rows.x is None:
         if n <= FEATURELESS_IDENTITY_MAX:
             x = sp.identity(n, np.float32, format="csr")[lb:ub]
             notes += "; features: one-hot node ids"
@@ -108,11 +109,14 @@ def prepare(
             x = random_features(seed, lb, ub, 64)
             notes += "; features: 64 seeded random"
     else:
-        x = dataset.x[lb:ub]
-        x = sp.csr_matrix(x, dtype=np.float32) if sp.issparse(x) else np.array(x, np.float32)
+        x = rows.x
+        if sp.issparse(x):
+            x = sp.csr_matrix(x, dtype=np.float32)
+        else:
+            x = np.ascontiguousarray(x, np.float32)
         values = x.data if sp.issparse(x) else x
         if not np.isfinite(values).all():
-            raise ValueError(f"dataset {dataset.name!r}: the features hold NaN or inf")
+            raise ValueError(f"dataset {rows.name!r}: the features hold NaN or inf")
         if (
             not sp.issparse(x)
             and x.shape[1] >= 256
@@ -132,12 +136,14 @@ def prepare(
         torch.cuda.set_device(device)
     if sp.issparse(x) and be.gpu:
         x = be.to_device(x)
+    y = np.asarray(rows.y)
+    y = y.astype(np.float32) if y.ndim == 2 else y.astype(np.int64)  # 2-D: multi-label
     data = LocalData(
         as_features(x, device),
-        torch.as_tensor(np.asarray(dataset.y[lb:ub], np.int64), device=device),
-        *(torch.as_tensor(np.asarray(m[lb:ub], bool), device=device) for m in masks),
+        torch.as_tensor(y, device=device),
+        *(torch.as_tensor(np.array(m, bool), device=device) for m in rows.masks),
         num_features=int(x.shape[1]),
-        num_classes=c,
+        num_classes=int(rows.num_classes),
         notes=notes.strip("; "),
     )
     return dg, data
@@ -151,6 +157,11 @@ class Trainer:
     mask (each rank its share), backward (aggregations over the transposed plan), one
     allreduce of all gradients, the same optimizer step, so the weights stay identical on
     every rank; ``check_sync`` verifies that with a hash after each step.
+
+    Multi-label targets (``data.y`` 0/1 [n, T], C = T, as ogbn-proteins): the loss is the
+    binary cross-entropy with logits averaged over train rows and tasks, and the metric
+    (still reported as train_acc / val_acc / test_acc) is OGB's ROC-AUC over each global
+    split (:func:`rocauc`); ``metric`` says which.
     """
 
     def __init__(
@@ -191,6 +202,9 @@ class Trainer:
         self.tune, self.tune_space, self.tune_start = tune, tune_space, tune_start
         self.tune_budget = tune_budget
         self.tuning: dict | None = None  # the search's result once it ran
+        self.multilabel = data.y.ndim == 2
+        self.metric = "rocauc" if self.multilabel else "accuracy"
+        self._targets = data.y.to(torch.float32) if self.multilabel else data.y
         self.train_count = self._sum([float(data.train_mask.sum())])[0]
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
@@ -219,8 +233,7 @@ class Trainer:
         self.g.begin_step(self.epoch)
         self.opt.zero_grad()
         logits = self._logits()
-        m = d.train_mask
-        loss = F.cross_entropy(logits[m], d.y[m], reduction="sum") / self.train_count
+        loss = self._loss_sum(logits, d.train_mask) / self.train_count
         loss.backward()
         sync_gradients(self.model.parameters(), self.comm)
         total = float(self._sum([loss.item()])[0])
@@ -248,33 +261,69 @@ class Trainer:
         if len(set(digests)) != 1:
             raise RuntimeError(f"weights diverged across ranks after epoch {self.epoch}: {digests}")
 
+    def _loss_sum(self, logits, mask) -> torch.Tensor:
+        """The loss summed over the rows of ``mask`` (multi-label: averaged over tasks)."""
+        if self.multilabel:
+            bce = F.binary_cross_entropy_with_logits(
+                logits[mask], self._targets[mask], reduction="sum"
+            )
+            return bce / self._targets.shape[1]
+        return F.cross_entropy(logits[mask], self.data.y[mask], reduction="sum")
+
     # ---- evaluation ------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Loss on the train mask and accuracy on train, val and test (no dropout)."""
+        """Loss on the train mask and accuracy (multi-label: ROC-AUC) on train, val and test
+        (no dropout)."""
         d = self.data
         self.model.eval()
         logits = self._logits()
-        right = logits.argmax(1) == d.y
-        m = d.train_mask
-        local = [float(F.cross_entropy(logits[m], d.y[m], reduction="sum"))]
-        for mask in (d.train_mask, d.val_mask, d.test_mask):
-            local += [float((right & mask).sum()), float(mask.sum())]
-        tot = self._sum(local)
-        acc = [tot[i] / tot[i + 1] if tot[i + 1] else float("nan") for i in (1, 3, 5)]
+        local = [float(self._loss_sum(logits, d.train_mask))]
+        masks = (d.train_mask, d.val_mask, d.test_mask)
+        if self.multilabel:
+            tot = self._sum(local)
+            acc = self._global_rocauc(logits, masks)
+        else:
+            right = logits.argmax(1) == d.y
+            for mask in masks:
+                local += [float((right & mask).sum()), float(mask.sum())]
+            tot = self._sum(local)
+            acc = [tot[i] / tot[i + 1] if tot[i + 1] else float("nan") for i in (1, 3, 5)]
         return {
             "loss": float(tot[0] / self.train_count),
             **dict(zip(("train_acc", "val_acc", "test_acc"), map(float, acc), strict=True)),
         }
 
+    def _global_rocauc(self, logits, masks) -> list[float]:
+        """ROC-AUC of each mask's rows over all ranks: rank 0 gathers the scores and
+        targets, computes, and broadcasts (collective)."""
+        scores = logits.detach().float().cpu().numpy()
+        targets = self.data.y.cpu().numpy().astype(np.int8)
+        mine = [(scores[m], targets[m]) for m in (m.cpu().numpy() for m in masks)]
+        if self.comm is None:
+            return [rocauc(t, s) for s, t in mine]
+        parts = self.comm.gather(mine, root=0)
+        result = None
+        if parts is not None:
+            result = [
+                rocauc(
+                    np.concatenate([p[i][1] for p in parts]),
+                    np.concatenate([p[i][0] for p in parts]),
+                )
+                for i in range(len(masks))
+            ]
+        return self.comm.bcast(result, root=0)
+
     def summary(self) -> dict:
         """The final evaluation, losses, median epoch time, communication volume and the
-        configuration of the run so far (collective)."""
+        configuration of the run so far (collective). ``metric``: "accuracy", or "rocauc"
+        for multi-label targets (then in train_acc / val_acc / test_acc)."""
         final = self.evaluate()
         times = [h["seconds"] for h in self.history]
         return {
             "losses": [h["loss"] for h in self.history],
             **{k: final[k] for k in ("train_acc", "val_acc", "test_acc")},
+            "metric": self.metric,
             "epoch_time_s": float(np.median(times)) if times else None,
             "bytes_per_epoch": self.bytes_per_epoch,
             "history": self.history,
@@ -444,3 +493,35 @@ def build_optimizer(name: str, model, lr: float, weight_decay: float):
         return OPTIMIZERS[name](groups, lr=lr, fused=True)
     except (RuntimeError, TypeError):
         return OPTIMIZERS[name](groups, lr=lr)
+
+
+def rocauc(y_true, scores) -> float:
+    """ROC-AUC as OGB's Evaluator defines it: the mean over tasks (columns) that have both
+    a positive and a negative among the rows, ties counted half (average ranks); NaN when
+    no task has both. y_true 0/1 [n, T] (or [n]), scores float [n, T] (any monotone scale)."""
+    y = np.asarray(y_true)
+    s = np.asarray(scores, np.float64)
+    if y.ndim == 1:
+        y, s = y[:, None], s.reshape(-1, 1)
+    pos = (y == 1).sum(axis=0)
+    neg = (y == 0).sum(axis=0)
+    ok = (pos > 0) & (neg > 0)
+    if not ok.any():
+        return float("nan")
+    pos, neg = pos[ok].astype(np.float64), neg[ok].astype(np.float64)
+    rank_sum = np.array([_average_ranks(s[:, j])[y[:, j] == 1].sum() for j in np.flatnonzero(ok)])
+    return float(np.mean((rank_sum - pos * (pos + 1) / 2) / (pos * neg)))
+
+
+def _average_ranks(a: np.ndarray) -> np.ndarray:
+    """float64 [n]: 1-based ranks of a [n], tied values sharing their mean rank (as
+    scipy.stats.rankdata, whose import costs a second)."""
+    order = np.argsort(a, kind="stable")
+    v = a[order]
+    start = np.ones(a.size, bool)
+    start[1:] = v[1:] != v[:-1]
+    first = np.flatnonzero(start)
+    size = np.diff(np.append(first, a.size))
+    ranks = np.empty(a.size)
+    ranks[order] = (first + (size + 1) / 2)[np.cumsum(start) - 1]
+    return ranks

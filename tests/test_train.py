@@ -7,10 +7,12 @@ import torch
 
 import mgg.torch as mt
 from mgg.graph import Dataset, Graph
+from mgg.graph.core import job_graph
 from mgg.graph.formats import read_npz
 from mgg.graph.generators import planted_partition
+from mgg.graph.specs import resolve
 from mgg.partition import build_plan
-from mgg.train import Trainer, build_optimizer, job_graph, prepare
+from mgg.train import Trainer, build_optimizer, prepare
 
 from conftest import last_json, mpirun, shared_dataset
 
@@ -74,11 +76,19 @@ def test_one_and_four_ranks_give_the_same_loss_curves(tmp_path):
 
 
 @pytest.mark.mpi
-def test_mgg_train_json_keeps_its_keys():
-    res = train_json(2, "--dataset", PLANTED, "--model", "gat", "--epochs", "3")
+def test_mgg_train_json_keeps_its_keys_and_trains_from_shards(tmp_path):
+    """Two ranks each open their shard of a dataset partitioned beforehand, and train as a
+    single process does on the whole dataset."""
+    from mgg.cli import main
+
+    shards = str(tmp_path / "shards")
+    assert main(["partition", PLANTED, "--np", "2", "--model", "gat", "--out", shards]) == 0
+    res = train_json(2, "--dataset", shards, "--model", "gat", "--epochs", "3")
     for k in ("losses", "train_acc", "val_acc", "test_acc", "epoch_time_s", "bytes_per_epoch"):
         assert k in res, k
     assert res["np"] == 2 and len(res["losses"]) == 3 and res["config"]["model"] == "gat"
+    one = [h["loss"] for h in trainer(resolve(PLANTED), "gat").fit(3)]
+    np.testing.assert_allclose(res["losses"], one, rtol=0, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -14,9 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from ..backend import assign, get_backend, to_host
+from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
 from ..kernels import OPS, reference
-from ..partition import build_plan
+from ..partition import PartitionPlan, build_plan
+from ..partition.shards import ShardedDataset
 from . import knobs_for
 
 TOLERANCE = 1e-5  # max |got - scipy| / max(1, max |scipy|)
@@ -148,8 +150,13 @@ def check(
         windows = ["device"]
     else:
         windows = [comm.window if w == "auto" else w for w in windows]
-    g0 = dataset.graph
-    gcn_graph = g0.gcn_norm() if "gcn" in ops else None
+    shard_plan = graph_root = None
+    if isinstance(dataset, ShardedDataset):
+        shard_plan = sharded_plan(dataset, comm, "gcn" in ops).with_ps(ps)
+        graph_root = _graph_on_root(comm, shard_plan)
+    else:
+        g0 = dataset.graph
+        gcn_graph = g0.gcn_norm() if "gcn" in ops else None
     result = {
         "graph": dataset.name,
         "np": comm.size,
@@ -164,8 +171,11 @@ def check(
         outputs = Path(outputs)
         outputs.mkdir(parents=True, exist_ok=True)
     for op in ops:
-        g = gcn_graph if op == "gcn" else g0
-        plan = build_plan(g, comm.size, ps, rank=comm.rank, transposed=False)
+        if shard_plan is not None:
+            g, plan = graph_root, shard_plan
+        else:
+            g = gcn_graph if op == "gcn" else g0
+            plan = build_plan(g, comm.size, ps, rank=comm.rank, transposed=False)
         x = random_features(seed, plan.lb, plan.ub, dim)
         ref = None
         if comm.rank == 0:
@@ -189,3 +199,33 @@ def check(
                 if outputs is not None:
                     np.save(outputs / f"{name}-{op}-{window}.npy", out)
     return result
+
+
+def sharded_plan(dataset: ShardedDataset, comm, weighted: bool) -> PartitionPlan:
+    """This rank's plan from a sharded dataset (``weighted``: an op needs edge weights)."""
+    dataset.check_job(comm.size)
+    plan = dataset.open(comm.rank, comm.size).plan
+    if weighted and not plan.has_weights:
+        raise ValueError(
+            f"{dataset.path}: op 'gcn' needs edge weights, and this dataset's graph "
+            f"({dataset.graph_kind}) has none: partition with --model gcn"
+        )
+    return plan
+
+
+def _graph_on_root(comm, plan: PartitionPlan) -> Graph | None:
+    """The whole graph of a partition, reassembled from every rank's plan on rank 0 (the
+    oracle's input); None elsewhere. Collective."""
+    local_dst, remote_dst = plan.edge_dst()
+    remote_src = plan.bounds[plan.remote_pe].astype(np.int64) + plan.remote_row
+    mine = (
+        np.concatenate([plan.local_indices.astype(np.int64) + plan.lb, remote_src]),
+        np.concatenate([local_dst, remote_dst]) + plan.lb,
+        None if not plan.has_weights else np.concatenate([plan.local_weights, plan.remote_weights]),
+    )
+    parts = comm.gather(mine, root=0)
+    if comm.rank != 0:
+        return None
+    src, dst = (np.concatenate([p[i] for p in parts]) for i in (0, 1))
+    w = np.concatenate([p[2] for p in parts]) if plan.has_weights else None
+    return Graph.from_edges(src, dst, plan.num_nodes, w)

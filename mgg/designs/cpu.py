@@ -13,6 +13,7 @@ interleaving distance: how much remote work is under way while local work runs.
 from __future__ import annotations
 
 import time
+import weakref
 
 import numpy as np
 
@@ -51,6 +52,22 @@ class CpuDesign(Design):
         cpu.accumulate(p.rnp_ptr, p.rnp_node, k0, k1, index, self.weights(op, "remote"), rows, out)
 
 
+_NODE_INDEX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def node_index(plan, rows: int) -> np.ndarray:
+    """int32 (int64 when needed) [Er]: the row of each remote edge's source in the
+    node-wide view of a window of ``rows`` rows per rank (pe * rows + row); one array per
+    plan and size, shared by every design that reads in place."""
+    per_plan = _NODE_INDEX.setdefault(plan, {})
+    if rows not in per_plan:
+        dtype = np.int32 if plan.num_ranks * rows <= np.iinfo(np.int32).max else np.int64
+        index = plan.remote_pe.astype(dtype) * dtype(rows) + plan.remote_row
+        index.setflags(write=False)
+        per_plan[rows] = index
+    return per_plan[rows]
+
+
 class Pipelined(CpuDesign):
     """MGG: LNP/RNP interleaving with ``dist`` fetch batches in flight, each remote row
     fetched once per call. ``batch_rnp`` is the number of RNPs per batch."""
@@ -77,7 +94,7 @@ class Pipelined(CpuDesign):
         self.direct = self.buffer.mode == "shm"
         if self.direct:
             # read peers in place: the row of each remote edge in the node-wide view
-            self.remote_index = p.remote_pe.astype(np.int64) * self.buffer.rows + p.remote_row
+            self.remote_index = node_index(p, self.buffer.rows)
             return
         nb = max(1, -(-p.rnp_node.size // batch_rnp))
         self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb

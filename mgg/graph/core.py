@@ -224,6 +224,23 @@ class Graph:
         )
 
 
+GRAPH_KINDS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
+
+
+def job_graph(graph: Graph, kind: str) -> Graph:
+    """The graph a model's layers expect: 'gcn_norm' (self loops, symmetric weights),
+    'self_loops' (one per node), 'no_self_loops' or 'as_is'."""
+    if kind not in GRAPH_KINDS:
+        raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
+    if kind == "gcn_norm":
+        return graph.gcn_norm()
+    if kind == "self_loops":
+        return graph.remove_self_loops().add_self_loops()
+    if kind == "no_self_loops":
+        return graph.remove_self_loops()
+    return graph
+
+
 # ---- validation -------------------------------------------------------------------------
 def _check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> None:
     if not np.issubdtype(indptr.dtype, np.integer):

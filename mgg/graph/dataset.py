@@ -5,13 +5,27 @@ policies that fill them in when a dataset lacks them: make_split, random_feature
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from .core import Graph, GraphError
 
-__all__ = ["Dataset", "make_split", "random_features"]
+__all__ = ["Dataset", "NodeRows", "make_split", "random_features"]
+
+
+class NodeRows(NamedTuple):
+    """Rows lb..ub-1 of a dataset's node data (n = ub - lb): x float32 [n, F] or CSR,
+    y labels [n], masks (train, val, test) bool [n] each; None where absent.
+    num_classes and name are the whole dataset's; notes say what was filled in."""
+
+    x: np.ndarray | sp.csr_matrix | None
+    y: np.ndarray | None
+    masks: tuple | None
+    num_classes: int | None
+    name: str
+    notes: str = ""
 
 
 @dataclass
@@ -19,9 +33,10 @@ class Dataset:
     """graph plus optional node data.
 
     x           float32 [N, F] dense, or scipy.sparse.csr_matrix [N, F] (kept sparse)
-    y           int64 [N] class labels
+    y           int64 [N] class labels, or int8 [N, T] 0/1 targets of T binary tasks
+                (multi-label, as ogbn-proteins; any 0/1 numeric or bool input is stored int8)
     *_mask      bool [N] split masks
-    num_classes number of classes (max label + 1 when not given)
+    num_classes number of classes (max label + 1 when not given); T for multi-label y
     meta        free-form provenance (source, licence, generator parameters)
     """
 
@@ -50,7 +65,9 @@ class Dataset:
                 bad = ~np.isfinite(self.x)
             if bad.any():
                 raise GraphError(f"{self.name}: features contain NaN or inf")
-        if self.y is not None:
+        if self.y is not None and np.ndim(self.y) == 2:
+            self._check_multilabel(n)
+        elif self.y is not None:
             self.y = np.asarray(self.y)
             if self.y.shape != (n,) or not np.issubdtype(self.y.dtype, np.integer):
                 raise GraphError(
@@ -75,6 +92,57 @@ class Dataset:
                     )
                 setattr(self, k, m)
 
+    def rows(self, lb: int, ub: int, seed: int = 0) -> NodeRows:
+        """This dataset's node data for nodes lb..ub-1; labeled datasets without a split get
+        make_split's (20 train, 30 val per class, seeded)."""
+        notes, masks = "", None
+        if self.y is not None:
+            if self.train_mask is None:
+                if self.multilabel:
+                    raise GraphError(
+                        f"{self.name}: multi-label targets need a split: give train, val "
+                        "and test masks"
+                    )
+                masks = make_split(self.y, int(self.num_classes), 20, 30, seed=seed)
+                notes = "split: 20 train / 30 val per class (seeded), the rest test"
+            else:
+                masks = (self.train_mask, self.val_mask, self.test_mask)
+            masks = tuple(None if m is None else m[lb:ub] for m in masks)
+        return NodeRows(
+            None if self.x is None else self.x[lb:ub],
+            None if self.y is None else self.y[lb:ub],
+            masks,
+            self.num_classes,
+            self.name,
+            notes,
+        )
+
+    def _check_multilabel(self, n: int) -> None:
+        y = np.asarray(self.y)
+        if y.shape[0] != n or y.dtype.kind not in "biuf":
+            raise GraphError(
+                f"{self.name}: multi-label targets must be numeric [{n}, T], "
+                f"got {y.dtype} {y.shape}"
+            )
+        bad = (y != 0) & (y != 1)
+        if bad.any():
+            r, c = (int(i) for i in np.argwhere(bad)[0])
+            raise GraphError(
+                f"{self.name}: multi-label targets must be 0 or 1, y[{r}, {c}] is {y[r, c]}"
+            )
+        self.y = y.astype(np.int8, copy=False)
+        if self.num_classes is None:
+            self.num_classes = int(y.shape[1])
+        elif self.num_classes != y.shape[1]:
+            raise GraphError(
+                f"{self.name}: num_classes {self.num_classes} but y has {y.shape[1]} tasks"
+            )
+
+    @property
+    def multilabel(self) -> bool:
+        """True when y holds T binary targets per node ([N, T]) rather than one class."""
+        return self.y is not None and self.y.ndim == 2
+
     @property
     def num_features(self) -> int | None:
         return None if self.x is None else int(self.x.shape[1])
@@ -85,7 +153,8 @@ class Dataset:
             if self.x is not None
             else ""
         )
-        c = f", classes={self.num_classes}" if self.num_classes else ""
+        c = f", {'tasks' if self.multilabel else 'classes'}={self.num_classes}"
+        c = c if self.num_classes else ""
         return f"Dataset({self.name!r}, {self.graph}{f}{c})"
 
 

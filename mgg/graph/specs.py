@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from .dataset import Dataset
-from .formats import read_dataset
+from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
 from .generators import STANDINS, planted_partition, rmat, standin
 
@@ -22,11 +22,11 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale`` applies when the spec
     has none); ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
     ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
-    path of an existing file, or the prefix of ``*_beg_pos.bin`` (read by
-    ``mgg.graph.formats.read_dataset``; an existing file wins over a name). Unknown names or
-    keys raise ValueError listing the valid ones.
+    path of an existing file, the prefix of ``*_beg_pos.bin`` or an OGB dataset directory
+    (read by ``mgg.graph.formats.read_dataset``; an existing file wins over a name).
+    Unknown names or keys raise ValueError listing the valid ones.
     """
-    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX):
+    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX) or is_ogb_dir(spec):
         return read_dataset(spec)
     name, _, rest = spec.partition(":")
     name = name.strip().lower()

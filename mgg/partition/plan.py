@@ -170,6 +170,8 @@ class PartitionPlan:
     def stats(self) -> dict:
         return {
             "rank": self.rank,
+            "ps": self.ps,
+            "digest": self.digest(),
             "lb": self.lb,
             "ub": self.ub,
             "nodes": self.num_local_nodes,
@@ -186,6 +188,58 @@ class PartitionPlan:
         h = hashlib.sha1(np.ascontiguousarray(self.bounds).tobytes())
         h.update(f"{self.ps}:{self.num_edges}:{self.has_weights}:{self.symmetric}".encode())
         return h.hexdigest()[:16]
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """This rank's arrays by name, the transposed plan's prefixed ``t.`` (what a shard
+        stores and ``digest`` hashes); absent weights are left out."""
+        out = {k: getattr(self, k) for k in PLAN_ARRAYS if getattr(self, k) is not None}
+        if not self.symmetric and self._transposed is not None:
+            out.update({f"t.{k}": v for k, v in self._transposed.arrays().items()})
+        return out
+
+    def digest(self) -> str:
+        """Content hash of this rank's plan (every array, dtype and shape included): equal
+        digests mean bit-identical plans, however they were built."""
+        h = hashlib.blake2b(digest_size=16)
+        h.update(f"{self.rank}:{self.ps}:{self.num_edges}:{self.symmetric}".encode())
+        h.update(np.ascontiguousarray(self.bounds).tobytes())
+        for name, a in sorted(self.arrays().items()):
+            h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).data)
+        return h.hexdigest()
+
+
+PLAN_ARRAYS = (
+    "local_indptr",
+    "local_indices",
+    "local_weights",
+    "remote_indptr",
+    "remote_slot",
+    "remote_weights",
+    "halo_pe",
+    "halo_row",
+    "lnp_ptr",
+    "lnp_node",
+    "rnp_ptr",
+    "rnp_node",
+)
+
+
+def plan_from_arrays(rank, bounds, ps, num_edges, symmetric, arrays: dict) -> PartitionPlan:
+    """The inverse of ``PartitionPlan.arrays``: a plan (and its transposed plan) over
+    ``arrays`` as given (memory maps stay memory maps)."""
+    missing = [k for k in PLAN_ARRAYS if "weights" not in k and k not in arrays]
+    if missing:
+        raise ValueError(f"plan arrays missing: {', '.join(missing)}")
+
+    def one(prefix, sym):
+        kw = {k: _frozen(arrays.get(prefix + k)) for k in PLAN_ARRAYS}
+        return PartitionPlan(rank, _frozen(bounds), int(ps), int(num_edges), symmetric=sym, **kw)
+
+    fwd = one("", bool(symmetric))
+    if symmetric or "t.local_indptr" not in arrays:
+        return fwd
+    return replace(fwd, _transposed=one("t.", False))
 
 
 def build_plan(
@@ -245,28 +299,30 @@ def build_plan(
     return plans if rank is None else plans[0]
 
 
-def plan_stats(plans: list[PartitionPlan], plan_seconds: float | None = None) -> dict:
-    """Whole-partition facts from all P plans (what `mgg partition` reports)."""
-    p0 = plans[0]
-    edges = np.array([q.num_local_edges + q.num_remote_edges for q in plans], np.int64)
-    remote = int(sum(q.num_remote_edges for q in plans))
-    halo = int(sum(q.num_halo for q in plans))
+def plan_stats(plans: list, plan_seconds: float | None = None) -> dict:
+    """Whole-partition facts from all P plans, or from their ``stats()`` dicts (what
+    `mgg partition` reports; a distributed run gathers the dicts)."""
+    st = [q if isinstance(q, dict) else q.stats() for q in plans]
+    edges = np.array([q["local_edges"] + q["remote_edges"] for q in st], np.int64)
+    remote = int(sum(q["remote_edges"] for q in st))
+    halo = int(sum(q["halo_rows"] for q in st))
     e = int(edges.sum())
     out = {
-        "num_nodes": p0.num_nodes,
+        "num_nodes": st[-1]["ub"],
         "num_edges": e,
-        "np": p0.num_ranks,
-        "ps": p0.ps,
-        "nodes_per_rank": np.diff(p0.bounds).tolist(),
+        "np": len(st),
+        "ps": st[0]["ps"],
+        "nodes_per_rank": [q["nodes"] for q in st],
         "edges_per_rank": edges.tolist(),
         "imbalance": float(edges.max() / edges.mean()) if e else 1.0,
         "remote_edges": remote,
         "remote_fraction": remote / e if e else 0.0,
         "halo_rows": halo,
         "dedup_saving": remote / halo if halo else 1.0,
-        "halo_rows_per_peer": [q.halo_rows_per_peer().tolist() for q in plans],
-        "lnp": int(sum(q.lnp_node.size for q in plans)),
-        "rnp": int(sum(q.rnp_node.size for q in plans)),
+        "halo_rows_per_peer": [q["halo_rows_per_peer"] for q in st],
+        "lnp": int(sum(q["lnp"] for q in st)),
+        "rnp": int(sum(q["rnp"] for q in st)),
+        "fingerprints": [q["digest"] for q in st],
     }
     if plan_seconds is not None:
         out["plan_seconds"] = plan_seconds

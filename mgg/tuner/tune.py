@@ -11,9 +11,10 @@ import numpy as np
 
 from ..backend import assign, get_backend
 from ..designs import knobs_for
-from ..designs.check import median_seconds
+from ..designs.check import median_seconds, sharded_plan
 from ..graph.dataset import Dataset, random_features
 from ..partition import build_plan
+from ..partition.shards import ShardedDataset
 from .model import Workload, default_space, rank_configs
 from .search import exhaustive, model_guess, search
 
@@ -47,8 +48,11 @@ def tune(
     import numba
 
     backend = get_backend(backend)
-    g = dataset.graph.gcn_norm() if op == "gcn" else dataset.graph
-    base = build_plan(g, comm.size, 16, rank=comm.rank, transposed=False)
+    if isinstance(dataset, ShardedDataset):
+        base = sharded_plan(dataset, comm, op == "gcn").with_ps(16)
+    else:
+        g = dataset.graph.gcn_norm() if op == "gcn" else dataset.graph
+        base = build_plan(g, comm.size, 16, rank=comm.rank, transposed=False)
     x = random_features(seed, base.lb, base.ub, dim)
     dev = backend.device()
     space = default_space(dev)

@@ -1,8 +1,9 @@
 """Readers and writers of graph files.
 
 Formats: SNAP-style edge lists (text or gzip), METIS ``.graph``, the ``.npz`` dataset layout
-of ``shared/data`` (see its MANIFEST.md), and the MGG artifact's binary CSR
-(``<prefix>_beg_pos.bin`` + ``<prefix>_csr.bin``, raw little-endian int64).
+of ``shared/data`` (see its MANIFEST.md), the MGG artifact's binary CSR
+(``<prefix>_beg_pos.bin`` + ``<prefix>_csr.bin``, raw little-endian int64), and (read only)
+OGB node-property-prediction directories.
 
 Every reader rejects malformed input with :class:`GraphError` whose message starts with the
 file name, then where (``line 12``, ``element 5 (byte offset 40)``, ``key 'x'``), then what
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import os
 
-from ..core import Graph
+from ..core import Graph, GraphError
 from ..dataset import Dataset
-from ._common import BEG_SUFFIX, CSR_SUFFIX, stem
+from ._common import BEG_SUFFIX, CSR_SUFFIX, atomic_write, stem
 from .edgelist import read_edgelist, write_edgelist
 from .metis import read_metis, write_metis
-from .mgg_bin import read_mgg_bin, write_mgg_bin
+from .mgg_bin import _mgg_paths, read_mgg_bin, write_mgg_bin
 from .npz import read_npz, write_npz
+from .ogb import is_ogb_dir, read_ogb
 
 __all__ = [
     "read_edgelist",
@@ -31,13 +33,27 @@ __all__ = [
     "write_npz",
     "read_mgg_bin",
     "write_mgg_bin",
+    "read_ogb",
+    "is_ogb_dir",
     "read_graph",
     "read_dataset",
     "write_graph",
+    "dropped_on_write",
+    "format_name",
 ]
+
+FORMAT_NAMES = {
+    "npz": "npz",
+    "mgg": "MGG binary CSR",
+    "metis": "METIS",
+    "edgelist": "edge list",
+    "ogb": "OGB directory",
+}
 
 
 def _format(path: str) -> str:
+    if is_ogb_dir(path):
+        return "ogb"
     name = os.path.basename(path).lower()
     if name.endswith(".npz"):
         return "npz"
@@ -52,13 +68,20 @@ def _format(path: str) -> str:
     return "edgelist"
 
 
+def format_name(path) -> str:
+    """The format :func:`read_graph` and :func:`write_graph` pick for ``path``, in words."""
+    return FORMAT_NAMES[_format(os.fspath(path))]
+
+
 def read_graph(path, **kw) -> Graph:
     """Read a graph, choosing the reader by suffix: ``.npz``, ``.graph``/``.metis``,
-    ``_beg_pos.bin``/``_csr.bin`` (or a prefix of those), anything else as an edge list
-    (``kw`` goes to :func:`read_edgelist`).
+    ``_beg_pos.bin``/``_csr.bin`` (or a prefix of those), an OGB directory, anything else as
+    an edge list (``kw`` goes to :func:`read_edgelist`).
     """
     path = os.fspath(path)
     fmt = _format(path)
+    if fmt == "ogb":
+        return read_ogb(path, **kw).graph
     if fmt == "npz":
         return read_npz(path, **kw).graph
     if fmt == "metis":
@@ -69,25 +92,60 @@ def read_graph(path, **kw) -> Graph:
 
 
 def read_dataset(path, **kw) -> Dataset:
-    """A Dataset from any format: the full npz contents, else only the graph (name = stem)."""
+    """A Dataset from any format: the full npz or OGB contents, else only the graph (name =
+    stem)."""
     path = os.fspath(path)
+    if _format(path) == "ogb":
+        return read_ogb(path, **kw)
     if _format(path) == "npz":
         return read_npz(path, **kw)
     return Dataset(stem(path), read_graph(path, **kw))
 
 
 def write_graph(graph: Graph | Dataset, path) -> None:
-    """Write by suffix, as :func:`read_graph` reads; a Dataset keeps its node data in npz."""
+    """Write by suffix, as :func:`read_graph` reads; a Dataset keeps its node data in npz.
+
+    Atomic: the file (both files of the MGG binary) is written under a temporary name in
+    the same folder and renamed into place, so a failed write leaves the old file or none.
+    """
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise GraphError(
+            f"{path}: is a directory; write to a file (.npz, .txt/.gz, .graph, _beg_pos.bin)"
+        )
     fmt = _format(path)
     if fmt == "npz":
         ds = graph if isinstance(graph, Dataset) else Dataset(stem(path), graph)
-        write_npz(ds, path)
+        with atomic_write(path) as tmp:
+            write_npz(ds, tmp)
         return
     g = graph.graph if isinstance(graph, Dataset) else graph
-    if fmt == "metis":
-        write_metis(g, path)
-    elif fmt == "mgg":
-        write_mgg_bin(g, path)
-    else:
-        write_edgelist(g, path)
+    if fmt == "mgg":
+        beg, csr = _mgg_paths(path)
+        with atomic_write(beg, csr) as (tmp, _):
+            write_mgg_bin(g, tmp)
+        return
+    with atomic_write(path) as tmp:
+        if fmt == "metis":
+            write_metis(g, tmp)
+        else:
+            write_edgelist(g, tmp)
+
+
+def dropped_on_write(graph: Graph | Dataset, path) -> list[str]:
+    """What :func:`write_graph` of ``graph`` to ``path`` cannot keep (e.g. ``["features",
+    "labels"]``); empty when the format holds everything."""
+    fmt = _format(os.fspath(path))
+    g = graph.graph if isinstance(graph, Dataset) else graph
+    lost = []
+    if fmt != "npz" and isinstance(graph, Dataset):
+        for what, value in (
+            ("features", graph.x),
+            ("labels", graph.y),
+            ("split masks", graph.train_mask),
+        ):
+            if value is not None:
+                lost.append(what)
+    if fmt == "mgg" and g.weights is not None:
+        lost.append("edge weights")
+    return lost

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import secrets
 from collections import Counter
 from pathlib import Path
 
@@ -43,6 +45,32 @@ def open_write(path: str):
     if path.endswith(".gz"):
         return gzip.open(path, "wb", compresslevel=6)
     return open(path, "wb")
+
+
+@contextlib.contextmanager
+def atomic_write(*paths):
+    """Yield temporary paths next to ``paths`` (same folder, same ending); when the block
+    succeeds each replaces its path (os.replace), else all are removed. A reader sees the
+    old files or the new ones, never half of one."""
+    token = secrets.token_hex(4)
+    tmps = []
+    for p in map(os.fspath, paths):
+        head, tail = os.path.split(p)
+        tmps.append(os.path.join(head, f".tmp-{token}-{tail}"))
+    try:
+        yield tmps[0] if len(tmps) == 1 else tuple(tmps)
+        for tmp, p in zip(tmps, paths, strict=True):
+            os.replace(tmp, p)
+    except BaseException as e:
+        for tmp in tmps:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+        msg = str(e)
+        if isinstance(e, GraphError) and any(tmp in msg for tmp in tmps):
+            for tmp, p in zip(tmps, paths, strict=True):
+                msg = msg.replace(tmp, os.fspath(p))
+            raise GraphError(msg) from e  # name the user's file, not the temporary one
+        raise
 
 
 def stem(path: str) -> str:

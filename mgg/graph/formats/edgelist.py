@@ -29,7 +29,7 @@ from ._common import (
     show,
 )
 
-__all__ = ["read_edgelist", "write_edgelist"]
+__all__ = ["read_edgelist", "read_node_ids", "write_edgelist"]
 
 _CHUNK_BYTES = 1 << 24
 _EXACT_INT = 2**53
@@ -47,8 +47,9 @@ class _LineError(Exception):
 class _Spec:
     """What a chunk parser needs to know; fixed once the first edge line has been seen."""
 
-    def __init__(self, num_nodes, comments, delimiter, want_lines):
+    def __init__(self, num_nodes, comments, delimiter, want_lines, columns=(2, 3)):
         self.num_nodes = num_nodes
+        self.columns = columns
         self.comment_chars = [c.encode() for c in (comments or "")]
         self.delim = None
         if delimiter is None:
@@ -65,16 +66,16 @@ class _Spec:
 
 
 class _Chunk:
-    """Parsed edges of one chunk: src, dst int [L], weights float32 [L] or None, the line of
-    each edge (0-based in the chunk until the driver adds the offset; only when asked for),
-    and the chunk's line count."""
+    """Parsed edges of one chunk: src, dst int [L] (dst None for one-column files), weights
+    float32 [L] or None, the line of each edge (0-based in the chunk until the driver adds
+    the offset; only when asked for), and the chunk's line count."""
 
     __slots__ = ("src", "dst", "w", "lines", "nlines")
 
     def __init__(self, ids, w, lines, nlines, hi):
         dtype = np.int32 if hi <= np.iinfo(np.int32).max else np.int64
         self.src = ids[:, 0].astype(dtype)
-        self.dst = ids[:, 1].astype(dtype)
+        self.dst = ids[:, 1].astype(dtype) if ids.shape[1] > 1 else None
         self.w, self.lines, self.nlines = w, lines, nlines
 
 
@@ -124,12 +125,13 @@ def _peek(spec: _Spec, chunk: bytes, line0: int, path) -> bool:
             if spec.delim is not None:
                 line = line.translate(spec.delim_table)
             n = len(line.split())
-            if n not in (2, 3):
-                raise err(
-                    path,
-                    f"line {line0 + i}",
-                    f"expected 2 or 3 columns ('src dst' or 'src dst weight'), found {n}",
+            if n not in spec.columns:
+                want = (
+                    "1 column (a node id)"
+                    if spec.columns == (1,)
+                    else "2 or 3 columns ('src dst' or 'src dst weight')"
                 )
+                raise err(path, f"line {line0 + i}", f"expected {want}, found {n}")
             spec.ncol, spec.ncol_line = n, line0 + i
             return True
         p, i = e + 1, i + 1
@@ -248,11 +250,11 @@ def _parse_slow(spec: _Spec, chunk: bytes):
                 )
         if len(toks) != k:
             raise _LineError(i, _ncol_problem(spec, len(toks)))
-        ids.append((_node_id(spec, toks[0], i, 1), _node_id(spec, toks[1], i, 2)))
+        ids.append(tuple(_node_id(spec, toks[c], i, c + 1) for c in range(min(k, 2))))
         if k == 3:
             ws.append(_weight(toks[2], i))
         rel.append(i)
-    ids = np.array(ids, dtype=np.int64).reshape(-1, 2)
+    ids = np.array(ids, dtype=np.int64).reshape(-1, min(k, 2))
     w = np.array(ws, dtype=np.float32) if k == 3 else None
     return ids, w, (np.array(rel, np.int64) if spec.want_lines else None)
 
@@ -284,9 +286,9 @@ def _weight(tok: bytes, rel: int) -> float:
     return val
 
 
-def _parse_edgelist(path, num_nodes, comments, delimiter, want_lines=False):
+def _parse_edgelist(path, num_nodes, comments, delimiter, want_lines=False, columns=(2, 3)):
     """(spec, list of _Chunk with absolute ``lines``, number of lines in the file)."""
-    spec = _Spec(num_nodes, comments, delimiter, want_lines)
+    spec = _Spec(num_nodes, comments, delimiter, want_lines, columns)
     done, pending = [], deque()
     line0 = 1
 
@@ -371,6 +373,14 @@ def read_edgelist(path, *, num_nodes=None, directed=True, comments="#%", delimit
             raise
         raise GraphError(f"{path}: {e}") from e
     return g
+
+
+def read_node_ids(path, num_nodes: int, *, comments="#%") -> np.ndarray:
+    """int64 [L]: a file of one node id per line (plain or gzip; an OGB split file), each
+    checked to lie in [0, num_nodes); parsed in chunks as :func:`read_edgelist`."""
+    path = os.fspath(path)
+    _, parts, _ = _parse_edgelist(path, int(num_nodes), comments, None, columns=(1,))
+    return _concat([p.src for p in parts], np.int32).astype(np.int64)
 
 
 def _concat(arrays, dtype):

@@ -24,9 +24,9 @@ def read_npz(path) -> Dataset:
     """Read the ``shared/data`` npz layout into a Dataset (sparse features stay sparse).
 
     Keys: ``indptr`` int [N+1], ``indices`` int [E], optional ``weights`` float [E], ``x``
-    float [N, F] or ``x_indptr/x_indices/x_data/x_shape`` (CSR), ``y`` int [N], bool [N]
-    masks, ``meta`` (0-d JSON string). ``meta["directed"] is False`` marks the graph
-    symmetric (checked).
+    float [N, F] or ``x_indptr/x_indices/x_data/x_shape`` (CSR), ``y`` int [N] (or 0/1
+    [N, T] multi-label targets), bool [N] masks, ``meta`` (0-d JSON string).
+    ``meta["directed"] is False`` marks the graph symmetric (checked).
     """
     path = os.fspath(path)
     try:
@@ -73,7 +73,8 @@ def read_npz(path) -> Dataset:
     x = _npz_features(path, arrays, n)
     for k in _NODE_KEYS:
         a = arrays.get(k)
-        if a is not None and a.shape != (n,):
+        multilabel = k == "y" and a is not None and a.ndim == 2 and a.shape[0] == n
+        if a is not None and a.shape != (n,) and not multilabel:
             raise err(path, f"key {k!r}", f"shape {a.shape}, expected ({n},) (one per node)")
     if "y" in arrays and not np.issubdtype(arrays["y"].dtype, np.integer):
         raise err(path, "key 'y'", f"labels must be integers, got {arrays['y'].dtype}")

@@ -1,0 +1,364 @@
+"""Slices of a graph file for the distributed partitioner: rank r of P reads only its
+share, O(N + E/P) memory.
+
+- plain-text edge lists: byte ranges; a rank owns the lines that start in its range
+  (gzip has no random access: it is refused with the way out);
+- the MGG binary CSR and npz archives: an edge range of ``indices`` (plus all of
+  ``indptr``, O(N)), read by offset from the file or from the archive member's stream.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..core import GraphError
+from ..dataset import NodeRows, make_split
+from . import _format
+from ._common import BOM, MAX_ID, err, stem
+from .edgelist import _CHUNK_BYTES, _LineError, _parse_chunk, _peek, _Spec
+from .mgg_bin import _mgg_paths
+
+__all__ = ["EdgeSlice", "NodeRows", "read_edge_slice", "read_node_rows"]
+
+
+class EdgeSlice(NamedTuple):
+    """One rank's contiguous slice of a graph's edges u -> v, in the file's order.
+
+    src, dst int64 [e]; weights float32 [e] or None; num_nodes N when the file says it (a
+    CSR), else None (then max id + 1 over all ranks, at least ``min_nodes``);
+    symmetric: the file declares the graph undirected (checked by the partitioner);
+    source: the file named in errors; offset: where the slice's first edge is.
+    """
+
+    src: np.ndarray
+    dst: np.ndarray
+    weights: np.ndarray | None
+    num_nodes: int | None
+    min_nodes: int
+    symmetric: bool
+    source: str
+    offset: str = ""
+
+
+def read_edge_slice(path, rank: int, size: int) -> EdgeSlice:
+    """Rank ``rank``'s share of the edges of ``path`` (edge list, MGG binary or npz)."""
+    path = os.fspath(path)
+    fmt = _format(path)
+    if fmt == "npz":
+        return _npz_slice(path, rank, size)
+    if fmt == "mgg":
+        return _mgg_slice(path, rank, size)
+    if fmt == "edgelist":
+        return _edgelist_slice(path, rank, size)
+    raise GraphError(
+        f"{path}: --distributed reads edge lists, the MGG binary CSR and .npz; convert this "
+        "file first (mgg convert)"
+    )
+
+
+# ---- edge lists: byte ranges --------------------------------------------------------------
+def _line_start(f, pos: int) -> int:
+    """The first line start at or after byte ``pos``."""
+    if pos == 0:
+        return 0
+    f.seek(pos - 1)
+    while True:
+        block = f.read(1 << 16)
+        if not block:
+            return f.tell()
+        i = block.find(b"\n")
+        if i >= 0:
+            return pos - 1 + i + 1
+        pos += len(block)
+
+
+def _edgelist_slice(path, rank, size) -> EdgeSlice:
+    with open(path, "rb") as f:
+        if f.read(2) == b"\x1f\x8b":
+            raise err(
+                path,
+                "byte offset 0",
+                "a gzip edge list has no random access, so ranks cannot read byte ranges "
+                "of it: decompress it first (gunzip -k), or partition it in one process",
+            )
+    total = os.path.getsize(path)
+    spec = _Spec(None, "#%", None, False)
+    src, dst, ws = [], [], []
+    first_edge = None
+    with open(path, "rb") as f:
+        a = _line_start(f, rank * total // size)
+        b = _line_start(f, (rank + 1) * total // size)
+        f.seek(a)
+        pos = a
+        while pos < b:
+            block = f.read(min(_CHUNK_BYTES, b - pos))
+            if not block:
+                break
+            if pos + len(block) < b and not block.endswith(b"\n"):
+                block += f.readline()
+            start = pos
+            pos += len(block)
+            if start == 0 and block.startswith(BOM):
+                block = b" " * len(BOM) + block[len(BOM) :]
+            if not block.endswith(b"\n"):
+                block += b"\n"
+            try:
+                if spec.ncol is None:
+                    if not _peek(spec, block, 0, path):
+                        continue
+                    first_edge = start
+                part = _parse_chunk(spec, block)
+            except _LineError as e:
+                line = _line_number(path, start, e.rel)
+                first = _line_number(path, first_edge, spec.ncol_line)
+                problem = re.sub(r"as on line \d+", f"as on line {first}", e.problem)
+                raise err(path, f"line {line}", problem) from None
+            except GraphError as e:  # _peek's column count, with a chunk-relative line
+                line = _line_number(path, start, _rel_line(str(e)))
+                raise err(path, f"line {line}", str(e).split(": ", 2)[-1]) from None
+            src.append(part.src.astype(np.int64))
+            dst.append(part.dst.astype(np.int64))
+            if part.w is not None:
+                ws.append(part.w)
+    s = np.concatenate(src) if src else np.empty(0, np.int64)
+    d = np.concatenate(dst) if dst else np.empty(0, np.int64)
+    hi = max(int(s.max(initial=-1)), int(d.max(initial=-1))) + 1
+    if hi > MAX_ID:
+        raise err(path, f"byte offset {first_edge}", "node ids are too large")
+    w = np.concatenate(ws) if spec.ncol == 3 else None
+    min_nodes = max(hi, spec.header_nodes or 0)
+    where = f"line at byte offset {first_edge}" if first_edge is not None else ""
+    return EdgeSlice(s, d, w, None, min_nodes, False, path, where)
+
+
+def _rel_line(message: str) -> int:
+    try:
+        return int(message.split("line ", 1)[1].split(":", 1)[0])
+    except (IndexError, ValueError):
+        return 0
+
+
+def _line_number(path, start: int, rel: int) -> int:
+    """1-based line number of line ``rel`` (0-based) of the block at byte ``start``."""
+    count = 0
+    with open(path, "rb") as f:
+        left = start
+        while left > 0:
+            block = f.read(min(left, 1 << 24))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count + rel + 1
+
+
+# ---- CSR files: edge ranges ---------------------------------------------------------------
+def _edge_range(num_edges: int, rank: int, size: int) -> tuple[int, int]:
+    return rank * num_edges // size, (rank + 1) * num_edges // size
+
+
+def _check_indptr(path, indptr, num_edges, what="indptr") -> None:
+    if indptr.size == 0:
+        raise err(path, what, "empty; it needs N+1 >= 1 entries")
+    if indptr[0] != 0:
+        raise err(path, f"{what}[0]", f"is {indptr[0]}, expected 0")
+    dec = np.flatnonzero(np.diff(indptr) < 0)
+    if dec.size:
+        i = int(dec[0]) + 1
+        raise err(path, f"{what}[{i}]", f"not monotone: {indptr[i]} < {indptr[i - 1]}")
+    if indptr[-1] != num_edges:
+        raise err(path, f"{what}[-1]", f"is {indptr[-1]} but there are {num_edges} edges")
+
+
+def _slice_of(path, indptr, indices, a, b, where) -> tuple[np.ndarray, np.ndarray]:
+    n = indptr.size - 1
+    out = np.flatnonzero((indices < 0) | (indices >= n))
+    if out.size:
+        i = a + int(out[0])
+        raise err(path, where(i), f"node id {indices[out[0]]} is outside [0, {n})")
+    r0 = int(np.searchsorted(indptr, a, side="right")) - 1
+    r1 = int(np.searchsorted(indptr, b, side="left"))
+    counts = np.diff(np.clip(indptr[r0 : r1 + 1], a, b))
+    dst = np.repeat(np.arange(r0, r0 + counts.size, dtype=np.int64), counts)
+    return indices.astype(np.int64), dst
+
+
+def _mgg_slice(path, rank, size) -> EdgeSlice:
+    beg_path, csr_path = _mgg_paths(path)
+    for p in (beg_path, csr_path):
+        if os.path.getsize(p) % 8:
+            raise err(p, "byte offset 0", "file size is not a multiple of 8 (int64 entries)")
+    beg = np.fromfile(beg_path, "<i8")
+    e = os.path.getsize(csr_path) // 8
+    _check_indptr(beg_path, beg, e, "beg_pos")
+    a, b = _edge_range(e, rank, size)
+    csr = np.fromfile(csr_path, "<i8", count=b - a, offset=8 * a)
+    src, dst = _slice_of(csr_path, beg, csr, a, b, lambda i: f"element {i} (byte offset {8 * i})")
+    return EdgeSlice(src, dst, None, beg.size - 1, 0, False, beg_path, f"edge {a}")
+
+
+class _Member:
+    """An .npy member of an npz archive, read by element ranges from its stream."""
+
+    def __init__(self, z: zipfile.ZipFile, path: str, key: str):
+        self.path, self.key = path, key
+        try:
+            self.f = z.open(key + ".npy")
+            version = np.lib.format.read_magic(self.f)
+            reader = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            self.shape, fortran, self.dtype = reader(self.f)
+        except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
+            raise err(path, f"key {key!r}", f"cannot be read ({e})") from e
+        if fortran or self.dtype.hasobject:
+            raise err(path, f"key {key!r}", "expected a C-ordered numeric array")
+        self.start = self.f.tell()
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """Rows a..b-1 (along the first axis)."""
+        row = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+        try:
+            self.f.seek(self.start + a * row)
+            data = self.f.read((b - a) * row)
+        except (OSError, zipfile.BadZipFile, EOFError) as e:
+            raise err(self.path, f"key {self.key!r}", f"cannot be read ({e})") from e
+        if len(data) != (b - a) * row:
+            raise err(self.path, f"key {self.key!r}", "truncated")
+        return np.frombuffer(data, self.dtype).reshape((b - a, *self.shape[1:]))
+
+    def all(self) -> np.ndarray:
+        return self.rows(0, self.shape[0] if self.shape else 1)
+
+
+def _npz_open(path):
+    try:
+        return zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise err(path, "byte offset 0", f"not a readable .npz archive ({e})") from e
+
+
+def _npz_meta(z, path) -> dict:
+    if "meta.npy" not in z.namelist():
+        return {}
+    from .npz import _npz_meta as parse
+
+    return parse(path, _Member(z, path, "meta").all().reshape(()))
+
+
+def _npz_slice(path, rank, size) -> EdgeSlice:
+    with _npz_open(path) as z:
+        names = set(z.namelist())
+        for k in ("indptr", "indices"):
+            if k + ".npy" not in names:
+                raise err(path, f"key {k!r}", "missing")
+        meta = _npz_meta(z, path)
+        ind = _Member(z, path, "indices")
+        if len(ind.shape) != 1 or ind.dtype.kind not in "iu":
+            raise err(path, "key 'indices'", f"expected a 1-D integer array, got {ind.dtype}")
+        indptr = _Member(z, path, "indptr").all().astype(np.int64)
+        _check_indptr(path, indptr, ind.shape[0], "key 'indptr'")
+        a, b = _edge_range(ind.shape[0], rank, size)
+        src, dst = _slice_of(path, indptr, ind.rows(a, b), a, b, lambda i: f"key 'indices'[{i}]")
+        w = None
+        if "weights.npy" in names:
+            wm = _Member(z, path, "weights")
+            if wm.shape != ind.shape:
+                raise err(path, "key 'weights'", f"shape {wm.shape}, expected {ind.shape}")
+            w = wm.rows(a, b).astype(np.float32)
+            if not np.isfinite(w).all():
+                raise err(path, "key 'weights'", "edge weights must be finite")
+    sym = meta.get("directed") is False
+    return EdgeSlice(src, dst, w, indptr.size - 1, 0, sym, path, f"edge {a}")
+
+
+def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
+    """Rows lb..ub-1 of the node data of an npz archive (other formats hold none).
+    A dataset with labels but no split gets make_split's (seeded, over all labels: O(N))."""
+    path = os.fspath(path)
+    if _format(path) != "npz":
+        return NodeRows(None, None, None, None, stem(path))
+    with _npz_open(path) as z:
+        names = {n[:-4] for n in z.namelist() if n.endswith(".npy")}
+        meta = _npz_meta(z, path)
+        n = _Member(z, path, "indptr").shape[0] - 1
+        x = None
+        if "x" in names:
+            xm = _Member(z, path, "x")
+            if len(xm.shape) != 2 or xm.shape[0] != n:
+                raise err(path, "key 'x'", f"shape {xm.shape}, expected ({n}, F)")
+            x = xm.rows(lb, ub).astype(np.float32)
+        elif "x_indptr" in names:
+            shape = _Member(z, path, "x_shape").all()
+            ptr = _Member(z, path, "x_indptr").all().astype(np.int64)
+            ind, data = _Member(z, path, "x_indices"), _Member(z, path, "x_data")
+            _check_indptr(path, ptr, ind.shape[0], "key 'x_indptr'")
+            a, b = int(ptr[lb]), int(ptr[ub])
+            x = sp.csr_matrix(
+                (data.rows(a, b).astype(np.float32), ind.rows(a, b), ptr[lb : ub + 1] - a),
+                shape=(ub - lb, int(shape[1])),
+            )
+        if x is not None:
+            values = x.data if sp.issparse(x) else x
+            if not np.isfinite(values).all():
+                raise err(path, "key 'x'", "features must be finite float32 (NaN or inf found)")
+        y = masks = None
+        num_classes = meta.get("num_classes")
+        notes = ""
+        if "y" in names:
+            ym = _Member(z, path, "y")
+            multilabel = len(ym.shape) == 2
+            y_all = ym.rows(lb, ub) if multilabel else ym.all()
+            if ym.shape[0] != n or len(ym.shape) > 2 or ym.dtype.kind not in "biuf":
+                raise err(path, "key 'y'", f"expected labels [{n}] or [{n}, T], got {ym.shape}")
+            if multilabel:
+                if ((y_all != 0) & (y_all != 1)).any():
+                    raise err(path, "key 'y'", "multi-label targets must be 0 or 1")
+                num_classes = int(ym.shape[1])
+            elif y_all.dtype.kind not in "iu":
+                raise err(path, "key 'y'", f"labels must be integers, got {y_all.dtype}")
+            elif n and y_all.min() < 0:
+                raise err(path, "key 'y'", f"labels must be >= 0, found {y_all.min()}")
+            if not isinstance(num_classes, int):
+                num_classes = int(y_all.max()) + 1 if n else 0
+            y = y_all.astype(np.int8) if multilabel else y_all[lb:ub].astype(np.int64)
+            if multilabel and not {"train_mask", "val_mask", "test_mask"} <= names:
+                raise err(path, "key 'train_mask'", "multi-label targets need a split")
+            if {"train_mask", "val_mask", "test_mask"} <= names:
+                masks = tuple(
+                    _Member(z, path, k).rows(lb, ub).astype(bool)
+                    for k in ("train_mask", "val_mask", "test_mask")
+                )
+            else:
+                masks = tuple(m[lb:ub] for m in make_split(y_all, num_classes, 20, 30, seed))
+                notes = "split: 20 train / 30 val per class (seeded), the rest test"
+    name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
+    return NodeRows(x, y, masks, num_classes, name, notes)
+
+
+def source_checksum(path) -> dict:
+    """A cheap identity of a source file: size and blake2b of its first and last MiB."""
+    import hashlib
+
+    path = os.fspath(path)
+    files = list(_mgg_paths(path)) if _format(path) == "mgg" else [path]
+    h = hashlib.blake2b(digest_size=16)
+    total = 0
+    for p in files:
+        s = os.path.getsize(p)
+        total += s
+        with open(p, "rb") as f:
+            h.update(f.read(1 << 20))
+            if s > 1 << 20:
+                f.seek(max(s - (1 << 20), 1 << 20))
+                h.update(f.read())
+        h.update(str(s).encode())
+    return {"path": os.path.abspath(path), "bytes": total, "blake2b_head_tail": h.hexdigest()}

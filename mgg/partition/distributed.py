@@ -1,0 +1,232 @@
+"""The distributed partitioner: every rank reads a slice of the edges, and the ranks build
+their plans together, each holding O(N + E/P), never the whole graph.
+
+1. Each rank holds a contiguous slice of the edge sequence (the file's order).
+2. Global in-degree counts (one allreduce over N) give Algorithm 1's split points.
+3. alltoallv sends every edge to the owner of its destination (forward rows) and to the
+   owner of its source (transposed rows); arriving in rank order, the slices keep the
+   file's order, so stable sorts rebuild exactly the rows the single-process Graph has.
+4. Each rank splits its rows into local/remote CSRs and neighbor partitions.
+
+The result equals ``build_plan(job_graph(graph, kind), P, ps, rank=r)`` bit for bit.
+``comm`` is any mgg.comm.Comm (allreduce, allgather, alltoallv); nothing here imports it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numba
+import numpy as np
+
+from ..graph.core import GRAPH_KINDS, GraphError, _counting_sort, _sort_rows, index_dtype
+from ..graph.formats.slices import EdgeSlice
+from .node_split import node_split, owner_of
+from .plan import PartitionPlan, _rank_plan
+
+
+def build_plan_distributed(
+    part: EdgeSlice,
+    comm,
+    ps: int = 16,
+    *,
+    kind: str = "as_is",
+    mode: str = "edges",
+    transposed: bool = True,
+) -> PartitionPlan:
+    """This rank's plan of ``job_graph(graph, kind)``, where the graph is the
+    concatenation of every rank's ``part`` in rank order. Collective."""
+    if kind not in GRAPH_KINDS:
+        raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
+    if int(ps) != ps or ps < 1:
+        raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
+    rank, size = comm.rank, comm.size
+    facts = comm.allgather(
+        (part.num_nodes, part.min_nodes, part.weights is not None, part.src.size, part.offset)
+    )
+    n = _agree_num_nodes(part, facts)
+    weighted = _agree_weighted(part, facts)
+    idt = index_dtype(n)
+    src, dst, w = part.src.astype(idt, copy=False), part.dst.astype(idt, copy=False), part.weights
+    if weighted and w is None:
+        w = np.empty(0, np.float32)
+    loops = kind != "as_is"
+    if loops:  # every kind but as_is drops the graph's own loops first
+        keep = src != dst
+        if not keep.all():
+            src, dst = src[keep], dst[keep]
+            w = None if w is None else w[keep]
+    add_loops = kind in ("self_loops", "gcn_norm")
+
+    counts = np.bincount(dst, minlength=n).astype(np.int64) if dst.size else np.zeros(n, np.int64)
+    counts = comm.allreduce(counts)
+    if add_loops:
+        counts += 1
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    num_edges = int(indptr[-1])
+    del counts
+    bounds = node_split(indptr, size, mode)
+    del indptr
+    lb, ub = int(bounds[rank]), int(bounds[rank + 1])
+
+    # forward rows: every edge to the owner of its destination
+    f_src, f_dst, f_w = _exchange(comm, owner_of(bounds, dst), src, dst, w)
+    row_ptr, row_src, row_w = _counting_sort(f_dst.astype(np.int64) - lb, f_src, ub - lb, f_w)
+    del f_src, f_dst, f_w
+    if add_loops:
+        row_ptr, row_src, row_w = _append_loops(row_ptr, row_src, row_w, lb)
+    need_t = transposed or part.symmetric
+    t_rows = None
+    if need_t:
+        # transposed rows: every edge to the owner of its source, sorted by (src, dst)
+        t_src, t_dst, t_w = _exchange(comm, owner_of(bounds, src), src, dst, w)
+        if add_loops:
+            own = np.arange(lb, ub, dtype=idt)
+            t_src, t_dst = np.concatenate([t_src, own]), np.concatenate([t_dst, own])
+            if t_w is not None:
+                t_w = np.concatenate([t_w, np.ones(own.size, np.float32)])
+        # rows by source (a stable counting sort), then each row by destination (stable)
+        t_ptr, t_dst, t_w = _counting_sort(t_src.astype(np.int64) - lb, t_dst, ub - lb, t_w)
+        _sort_rows(
+            t_ptr, t_dst, t_w if t_w is not None else np.empty(0, np.float32), t_w is not None
+        )
+        t_src = np.repeat(np.arange(lb, ub, dtype=idt), np.diff(t_ptr))
+        t_rows = [t_ptr, t_dst, t_w, t_src]
+    symmetric = False
+    if part.symmetric:
+        ok = _rows_equal((row_ptr, row_src, row_w), t_rows[:3])
+        if not comm.allreduce(np.array([ok], np.int64), "min")[0]:
+            raise GraphError(
+                f"{part.source}: the source says the graph is undirected, but an edge has "
+                "no reverse edge (or a different weight)"
+            )
+        symmetric = True
+        t_rows = None
+    if kind == "gcn_norm":
+        # D^-1/2 of every node, summed in the float64 order of Graph.gcn_norm (by row)
+        dst_of_row = np.repeat(np.arange(lb, ub), np.diff(row_ptr))
+        rw = row_w if row_w is not None else np.ones(row_src.size, np.float32)
+        deg = np.bincount(dst_of_row - lb, weights=rw, minlength=ub - lb)
+        dinv = np.zeros(n, np.float64)
+        dinv[lb:ub] = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
+        dinv = comm.allreduce(dinv)
+        row_w = _gcn_weights(dinv, row_src, dst_of_row, rw)
+        if t_rows is not None:
+            t_ptr, t_dst, t_w, t_src = t_rows
+            tw = t_w if t_w is not None else np.ones(t_dst.size, np.float32)
+            t_rows[2] = _gcn_weights(dinv, t_src, t_dst, tw)
+
+    mark = np.full(n, -1, np.int32)
+    plan = _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, row_ptr, row_src, row_w)
+    if t_rows is not None and transposed:
+        t = _rank_plan(rank, bounds, ps, num_edges, False, mark, *t_rows[:3])
+        plan = replace(plan, _transposed=t)
+    return plan
+
+
+def _agree_num_nodes(part: EdgeSlice, facts) -> int:
+    declared = {f[0] for f in facts if f[0] is not None}
+    if len(declared) > 1:
+        raise GraphError(f"{part.source}: ranks disagree on the node count: {sorted(declared)}")
+    need = max(f[1] for f in facts)
+    n = declared.pop() if declared else need
+    if need > n:
+        raise GraphError(f"{part.source}: node id {need - 1} is outside [0, {n})")
+    if not declared and sum(f[3] for f in facts) == 0 and n == 0:
+        raise GraphError(f"{part.source}: no edges: the file holds no edge lines")
+    return int(n)
+
+
+def _agree_weighted(part: EdgeSlice, facts) -> bool:
+    kinds = [(f[2], f[4]) for f in facts if f[3] > 0]
+    if len({k for k, _ in kinds}) > 1:
+        first = kinds[0]
+        odd = next(k for k in kinds if k[0] != first[0])
+        cols = {True: 3, False: 2}
+        raise GraphError(
+            f"{part.source}: {odd[1]}: {cols[odd[0]]} columns, but {cols[first[0]]} at "
+            f"{first[1]}: every line needs the same columns"
+        )
+    return bool(kinds and kinds[0][0])
+
+
+def _exchange(comm, to, src, dst, w):
+    """Send edge i to rank to[i]; returns what arrives, senders in rank order and each
+    sender's edges in their order (so the concatenation keeps the source's order)."""
+    if comm.size == 1:
+        return src, dst, w
+    order = _stable_order(to, comm.size)
+    send_counts = np.bincount(to, minlength=comm.size).astype(np.int64)
+    recv_counts = np.array(comm.alltoall(send_counts.tolist()), np.int64)
+    total = int(recv_counts.sum())
+    out = []
+    for a in (src, dst, w):
+        if a is None:
+            out.append(None)
+            continue
+        recv = np.empty(total, a.dtype)
+        comm.alltoallv(a[order], send_counts, recv, recv_counts)
+        out.append(recv)
+    return tuple(out)
+
+
+def _stable_order(keys, num_keys: int) -> np.ndarray:
+    """int64 [E]: the permutation that sorts ``keys`` (ints in [0, num_keys)) stably; a
+    counting sort, O(E + num_keys)."""
+    counts = np.bincount(keys, minlength=num_keys) if keys.size else np.zeros(num_keys, np.int64)
+    pos = np.zeros(num_keys, np.int64)
+    np.cumsum(counts[:-1], out=pos[1:])
+    order = np.empty(keys.size, np.int64)
+    _scatter_order(keys, pos, order)
+    return order
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_order(keys, pos, order):
+    for i in range(keys.size):
+        k = keys[i]
+        order[pos[k]] = i
+        pos[k] += 1
+
+
+def _append_loops(indptr, indices, w, lb):
+    """Graph.add_self_loops on rows lb..: one loop (weight 1 where weighted) at the end of
+    each row."""
+    n = indptr.size - 1
+    new_ptr = indptr + np.arange(n + 1, dtype=np.int64)
+    loop_pos = new_ptr[1:] - 1
+    mask = np.ones(int(new_ptr[-1]), bool)
+    mask[loop_pos] = False
+    out = np.empty(mask.size, indices.dtype)
+    out[mask] = indices
+    out[loop_pos] = np.arange(lb, lb + n)
+    new_w = None
+    if w is not None:
+        new_w = np.empty(mask.size, np.float32)
+        new_w[mask] = w
+        new_w[loop_pos] = 1.0
+    return new_ptr, out, new_w
+
+
+def _gcn_weights(dinv, src, dst, w):
+    return (dinv[src] * w * dinv[dst]).astype(np.float32)
+
+
+def _rows_equal(a, b) -> bool:
+    """Rows of two CSRs hold the same (neighbor, weight) multisets; ``b``'s rows are
+    sorted by neighbor."""
+    (pa, ia, wa), (pb, ib, wb) = a, b
+    if not np.array_equal(pa, pb):
+        return False
+    ia = ia.copy()
+    wa = None if wa is None else wa.copy()
+    _sort_rows(pa, ia, wa if wa is not None else np.empty(0, np.float32), wa is not None)
+    if not np.array_equal(ia, ib):
+        return False
+    if wa is None or np.array_equal(wa, wb):
+        return True
+    # the same neighbor twice with different weights: compare (neighbor, weight) sorted
+    rows = np.repeat(np.arange(pa.size - 1), np.diff(pa))
+    oa, ob = np.lexsort((wa, ia, rows)), np.lexsort((wb, ib, rows))
+    return np.array_equal(wa[oa], wb[ob])

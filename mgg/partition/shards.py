@@ -1,0 +1,339 @@
+"""Sharded datasets: a partitioned graph on disk, where rank r opens only its own files.
+
+Layout of ``DIR`` (format ``mgg-shards``, version 1)::
+
+    manifest.json      sizes, bounds, ps, graph kind, the plans' fingerprint and per-rank
+                       digests, the source's checksum, node-data facts, and every file's
+                       size and blake2b hash
+    rank-0000/         one folder per rank: shard.json (run id, rank) and .npy arrays,
+      local_indptr.npy   the plan (t.* the transposed plan),
+      x.npy | x.indptr.npy x.indices.npy x.data.npy,  y.npy, train_mask.npy, ...
+
+A writer fills ``DIR.tmp-RUN`` and renames it to ``DIR`` once the manifest is written, so
+a crash never leaves a half-written dataset that reads as valid. Opening checks the
+manifest, the rank count, and each of the rank's files (present, full size, same hash,
+same run) before any array is used; arrays are memory-mapped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..graph.core import GRAPH_KINDS, GraphError
+from ..graph.dataset import NodeRows
+from ..progress import progress
+from .plan import PartitionPlan, plan_from_arrays
+
+FORMAT = "mgg-shards"
+VERSION = 1
+MANIFEST = "manifest.json"
+MASKS = ("train_mask", "val_mask", "test_mask")
+
+
+class ShardError(GraphError):
+    """A sharded dataset is missing, damaged, or does not fit the job."""
+
+
+def is_sharded(path) -> bool:
+    return os.path.isfile(os.path.join(os.fspath(path), MANIFEST))
+
+
+def rank_dir(rank: int) -> str:
+    return f"rank-{rank:04d}"
+
+
+# ---- writing ------------------------------------------------------------------------------
+def begin(out, force: bool = False) -> tuple[Path, str]:
+    """Check ``out`` may be written and make the temporary folder; returns (tmp, run)."""
+    out = Path(out)
+    if out.exists() and not force:
+        raise FileExistsError(f"{out}: already exists (pass --force to replace it)")
+    if out.exists() and not is_sharded(out) and any(out.iterdir()):
+        raise FileExistsError(f"{out}: exists and is not a sharded dataset; not replacing it")
+    run = uuid.uuid4().hex[:12]
+    tmp = out.parent / f"{out.name}.tmp-{run}"
+    tmp.mkdir(parents=True)
+    return tmp, run
+
+
+def write_shard(tmp, run: str, plan: PartitionPlan, rows: NodeRows) -> dict:
+    """Write rank ``plan.rank``'s files into ``tmp``; returns {file: [bytes, blake2b]}."""
+    d = Path(tmp) / rank_dir(plan.rank)
+    d.mkdir()
+    arrays = dict(plan.arrays())
+    x = rows.x
+    if sp.issparse(x):
+        x = sp.csr_matrix(x)
+        arrays.update(
+            {
+                "x.indptr": x.indptr.astype(np.int64),
+                "x.indices": x.indices,
+                "x.data": x.data.astype(np.float32),
+            }
+        )
+    elif x is not None:
+        arrays["x"] = np.ascontiguousarray(x, np.float32)
+    if rows.y is not None:
+        arrays["y"] = np.asarray(rows.y)
+    if rows.masks is not None:
+        arrays.update({k: np.asarray(m, bool) for k, m in zip(MASKS, rows.masks, strict=True)})
+    table = {}
+    for name, a in arrays.items():
+        path = d / f"{name}.npy"
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
+        table[name] = [path.stat().st_size, _file_hash(path)]
+    (d / "shard.json").write_text(json.dumps({"format": FORMAT, "run": run, "rank": plan.rank}))
+    return table
+
+
+def commit(
+    out, tmp, run: str, plans_info: list[dict], tables: list[dict], info: dict, force: bool = False
+) -> dict:
+    """Write the manifest and move ``tmp`` to ``out`` (rank 0, after every write_shard).
+
+    plans_info: per rank {"digest", "fingerprint", "rank"} plus, from any rank, the plan's
+    "bounds", "ps", "num_edges", "symmetric"; info: graph_kind, source, name and the node
+    data facts. Returns the manifest."""
+    out, tmp = Path(out), Path(tmp)
+    p0 = plans_info[0]
+    prints = {q["fingerprint"] for q in plans_info}
+    if len(prints) != 1:
+        raise ShardError(f"{out}: the ranks' plans disagree (fingerprints {sorted(prints)})")
+    manifest = {
+        "format": FORMAT,
+        "version": VERSION,
+        "run": run,
+        "np": len(plans_info),
+        "num_nodes": int(p0["bounds"][-1]),
+        "num_edges": int(p0["num_edges"]),
+        "ps": int(p0["ps"]),
+        "symmetric": bool(p0["symmetric"]),
+        "bounds": [int(b) for b in p0["bounds"]],
+        "fingerprint": p0["fingerprint"],
+        "digests": [q["digest"] for q in plans_info],
+        **info,
+        "files": tables,
+    }
+    if manifest["graph_kind"] not in GRAPH_KINDS:
+        raise ValueError(f"unknown graph kind {manifest['graph_kind']!r}")
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    old = None
+    if out.exists():
+        old = out.parent / f"{out.name}.old-{run}"
+        out.rename(old)
+    tmp.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return manifest
+
+
+def discard(tmp) -> None:
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def plan_info(plan: PartitionPlan) -> dict:
+    return {
+        "rank": plan.rank,
+        "digest": plan.digest(),
+        "fingerprint": plan.fingerprint(),
+        "bounds": plan.bounds.tolist(),
+        "ps": plan.ps,
+        "num_edges": plan.num_edges,
+        "symmetric": plan.symmetric,
+    }
+
+
+def node_info(rows: NodeRows) -> dict:
+    """The manifest's node-data facts (the same on every rank)."""
+    x = rows.x
+    return {
+        "name": rows.name,
+        "features": None if x is None else ("sparse" if sp.issparse(x) else "dense"),
+        "num_features": None if x is None else int(x.shape[1]),
+        "num_classes": None if rows.num_classes is None else int(rows.num_classes),
+        "labels": rows.y is not None,
+        "notes": rows.notes,
+    }
+
+
+def write_sharded(
+    out,
+    plans: list[PartitionPlan],
+    rows: list[NodeRows],
+    graph_kind: str,
+    source: dict,
+    force: bool = False,
+) -> dict:
+    """One process writes all P shards; returns the manifest."""
+    tmp, run = begin(out, force)
+    try:
+        pairs = zip(plans, rows, strict=True)
+        bar = progress(pairs, total=len(plans), desc="write shards", enable=None)
+        tables = [write_shard(tmp, run, p, r) for p, r in bar]
+        info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0])}
+        return commit(out, tmp, run, [plan_info(p) for p in plans], tables, info, force)
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def _file_hash(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
+
+
+# ---- reading ------------------------------------------------------------------------------
+@dataclass
+class Shard:
+    """What rank r reads of a sharded dataset: its plan and its rows of the node data."""
+
+    plan: PartitionPlan
+    rows: NodeRows
+
+
+class ShardedDataset:
+    """A sharded dataset folder; ``open(rank, size)`` reads one rank's shard.
+
+    Attributes from the manifest: name, num_nodes, num_edges, np, ps, graph_kind,
+    num_features, num_classes, features ('dense' | 'sparse' | None), labels (bool).
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        mpath = self.path / MANIFEST
+        try:
+            m = json.loads(mpath.read_text())
+        except FileNotFoundError:
+            raise ShardError(f"{self.path}: no {MANIFEST}: not a sharded dataset") from None
+        except (OSError, ValueError) as e:
+            raise ShardError(f"{mpath}: unreadable manifest ({e})") from e
+        if not isinstance(m, dict) or m.get("format") != FORMAT:
+            raise ShardError(f"{mpath}: not an mgg sharded dataset manifest")
+        if m.get("version") != VERSION:
+            raise ShardError(
+                f"{mpath}: format version {m.get('version')!r}, but this mgg reads version "
+                f"{VERSION}: partition the source again with this mgg"
+            )
+        need = (
+            "run",
+            "np",
+            "num_nodes",
+            "num_edges",
+            "ps",
+            "bounds",
+            "graph_kind",
+            "digests",
+            "files",
+            "symmetric",
+            "name",
+        )
+        missing = [k for k in need if k not in m]
+        if missing:
+            raise ShardError(f"{mpath}: missing keys {', '.join(missing)}")
+        if len(m["bounds"]) != m["np"] + 1 or len(m["files"]) != m["np"]:
+            raise ShardError(f"{mpath}: bounds or files do not cover {m['np']} ranks")
+        self.manifest = m
+        for k in (
+            "name",
+            "num_nodes",
+            "num_edges",
+            "np",
+            "ps",
+            "graph_kind",
+            "num_features",
+            "num_classes",
+            "features",
+            "labels",
+            "symmetric",
+        ):
+            setattr(self, k, m.get(k))
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedDataset({str(self.path)!r}, {self.num_nodes} nodes, "
+            f"{self.num_edges} edges, np={self.np}, {self.graph_kind})"
+        )
+
+    def check_job(self, size: int, graph_kind: str | None = None, model: str = "") -> None:
+        if size != self.np:
+            raise ShardError(
+                f"{self.path}: partitioned for {self.np} ranks, but the job has {size}: "
+                f"launch with mggrun -np {self.np}, or partition again with --np {size}"
+            )
+        if graph_kind is not None and graph_kind != self.graph_kind:
+            raise ShardError(
+                f"{self.path}: partitioned for graph kind {self.graph_kind!r}, but the model "
+                f"needs {graph_kind!r}: partition again with --model {model or graph_kind}"
+            )
+
+    def open(self, rank: int, size: int, verify: bool = True) -> Shard:
+        """Rank ``rank``'s shard (checked against the manifest first, then memory-mapped)."""
+        self.check_job(size)
+        m = self.manifest
+        d = self.path / rank_dir(rank)
+        try:
+            sj = json.loads((d / "shard.json").read_text())
+        except FileNotFoundError:
+            raise ShardError(f"{d}: missing: the shard of rank {rank}") from None
+        except (OSError, ValueError) as e:
+            raise ShardError(f"{d / 'shard.json'}: unreadable ({e})") from e
+        if sj.get("run") != m["run"] or sj.get("rank") != rank:
+            raise ShardError(
+                f"{d}: from another partitioning run ({sj.get('run')!r}, rank "
+                f"{sj.get('rank')!r}) than {self.path / MANIFEST} ({m['run']!r}): shards of "
+                "two runs are mixed"
+            )
+        arrays = {}
+        for name, (size_b, digest) in m["files"][rank].items():
+            path = d / f"{name}.npy"
+            try:
+                got = path.stat().st_size
+            except FileNotFoundError:
+                raise ShardError(f"{path}: missing from the shard of rank {rank}") from None
+            if got != size_b:
+                raise ShardError(f"{path}: {got} bytes, the manifest says {size_b} (truncated?)")
+            if verify and _file_hash(path) != digest:
+                raise ShardError(f"{path}: contents differ from the manifest's hash (modified)")
+            try:
+                # features copy-on-write: torch takes them without a copy
+                mode = ("c" if name == "x" else "r") if size_b > 256 else None
+                a = np.load(path, mmap_mode=mode, allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise ShardError(f"{path}: unreadable ({e})") from e
+            arrays[name] = np.asarray(a)
+        bounds = np.asarray(m["bounds"], np.int64)
+        try:
+            plan = plan_from_arrays(rank, bounds, m["ps"], m["num_edges"], m["symmetric"], arrays)
+        except (ValueError, TypeError) as e:
+            raise ShardError(f"{d}: {e}") from e
+        n = plan.num_local_nodes
+        if plan.local_indptr.size != n + 1 or plan.remote_indptr.size != n + 1:
+            raise ShardError(f"{d}: the plan's rows do not match the node range of rank {rank}")
+        x = arrays.get("x")
+        if "x.indptr" in arrays:
+            x = sp.csr_matrix(
+                (arrays["x.data"], arrays["x.indices"], arrays["x.indptr"]),
+                shape=(n, int(m["num_features"])),
+            )
+        masks = tuple(arrays[k] for k in MASKS) if MASKS[0] in arrays else None
+        rows = NodeRows(
+            x, arrays.get("y"), masks, m.get("num_classes"), m["name"], m.get("notes") or ""
+        )
+        for what, a in (
+            ("features", x),
+            ("labels", rows.y),
+            *zip(MASKS, masks or (), strict=False),
+        ):
+            if a is not None and a.shape[0] != n:
+                raise ShardError(f"{d}: {what} have {a.shape[0]} rows, rank {rank} owns {n}")
+        return Shard(plan, rows)
