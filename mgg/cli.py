@@ -1,4 +1,4 @@
-"""`mgg` command line: `mgg info | partition | check | tune | train | demo`.
+"""`mgg` command line: `mgg info | partition | check | tune | train | demo | convert`.
 
 Thin: parse, resolve the backend, comm and dataset, call the library, print. Every
 subcommand that reports results takes ``--json`` and then prints its result as one JSON
@@ -31,6 +31,8 @@ DISTRIBUTED = (
     "binary CSR or .npz) and builds its own plan"
 )
 SHARDED = "; or a sharded dataset folder written by mgg partition --out"
+CONVERT_IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
+CONVERT_OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
 BALANCE = "balance edges (Algorithm 1) or node counts"
 START = "start at (1, 1, 1) as the paper, or at the model's best guess"
 MODEL = (
@@ -582,8 +584,6 @@ def cmd_train(args) -> int:
 
 
 # ---- convert -----------------------------------------------------------------------------
-CONVERT_IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
-CONVERT_OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
 
 
 def cmd_convert(args) -> int:
