@@ -134,15 +134,16 @@ def main():
     notes = (
         f"Planted partition: {data['nodes']:,} nodes, {data['edges']:,} edges, "
         f"{data['features']} dense features, 16 classes; GCN, {args.epochs} epochs. Peak RSS "
-        f"is the largest rank's (`ru_maxrss`). Train from shards at P = {p_max}: "
+        f"is the largest rank's (VmHWM). Train from shards at P = {p_max}: "
         f"**{got:.2f}x** the P = 1 peak per rank (goal <= {GOAL}x); above a rank's floor "
         f"of {floor:.0f} MB (the interpreter with torch, numba and mpi4py imported) "
         f"{above:.2f}x (1/P = {1 / p_max:.2f}). 'seconds' is the median "
         "epoch for training, load + plan + write for partitioning (this 2-core machine runs "
         "P ranks on 2 cores)."
     )
+    name = "sharded_memory" + (f"-n{args.nodes}" if args.nodes != 2_000_000 else "")
     write_results(
-        "sharded_memory",
+        name,
         {"dataset": data, "goal": GOAL, "floor_mb": floor, "runs": raw},
         rows,
         [
@@ -156,22 +157,22 @@ def main():
         ],
         notes,
     )
-    plot(rows, ranks, floor)
+    plot(rows, ranks, floor, name)
     os.remove(src)
 
 
 def process_floor_mb() -> float:
     """Peak RSS of a process that only imports what a rank imports (MB)."""
     code = (
-        "import resource, torch, numba, scipy.sparse; from mpi4py import MPI; "
+        "import torch, numba, scipy.sparse; from mpi4py import MPI; "
         "import mgg.cli, mgg.train, mgg.partition.shards; "
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
+        "print(mgg.cli._peak_rss_mb())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])
 
 
-def plot(rows, ranks, floor):
+def plot(rows, ranks, floor, name):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +206,7 @@ def plot(rows, ranks, floor):
     ax.set_title("memory per rank: sharded datasets vs every rank loading all")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / "sharded_memory.png", dpi=120)
+    fig.savefig(RESULTS / f"{name}.png", dpi=120)
 
 
 if __name__ == "__main__":

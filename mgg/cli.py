@@ -213,6 +213,15 @@ def _graph_kind(model: str | None, default: str) -> str:
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM (ru_maxrss would also count what
+    the parent held when it forked this process)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

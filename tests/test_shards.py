@@ -188,7 +188,7 @@ if comm.rank == 0:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [2, 3, 4])
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_distributed_partitioner_equals_build_plan(rng, tmp_path, nprocs):
     """Edge lists (weighted, unweighted), MGG binary CSR, npz (directed and undirected):
     every rank's plan of every graph kind, bit for bit."""

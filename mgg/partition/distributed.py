@@ -130,7 +130,7 @@ def _agree_num_nodes(part: EdgeSlice, facts) -> int:
     if len(declared) > 1:
         raise GraphError(f"{part.source}: ranks disagree on the node count: {sorted(declared)}")
     need = max(f[1] for f in facts)
-    n = declared.pop() if declared else need
+    n = next(iter(declared)) if declared else need
     if need > n:
         raise GraphError(f"{part.source}: node id {need - 1} is outside [0, {n})")
     if not declared and sum(f[3] for f in facts) == 0 and n == 0:
