@@ -1,10 +1,11 @@
 """DistGraph: what a layer sees of the distributed graph.
 
 It holds this rank's plan (and the transposed plan for backward passes), the comm, the
-backend, and two aggregation designs per (direction, width), each with its own symmetric
-input buffer, used in turn: a rank may then overwrite a buffer only after every peer
-passed the other buffer's publish barrier, which is after their last read of it. With
-one buffer, a fast rank could overwrite rows a slow peer is still reading.
+backend, and two aggregation designs per (direction, width) (a symmetric plan's two
+directions share them), each with its own symmetric input buffer, used in turn: a rank
+may then overwrite a buffer only after every peer passed the other buffer's publish
+barrier, which is after their last read of it. With one buffer, a fast rank could
+overwrite rows a slow peer is still reading.
 """
 
 from __future__ import annotations

@@ -195,6 +195,31 @@ class Graph:
         g.symmetric = True
         return g
 
+    def symmetrize_weighted(self) -> tuple[Graph, tuple | None]:
+        """(union of the graph and its transpose keeping weights, duplicates merged, marked
+        symmetric; the first clash (u, v, w1, w2) of an edge listed with two weights, or
+        None). An unweighted graph is ``symmetrize()``'s."""
+        if self.weights is None:
+            return self.symmetrize(), None
+        src, dst = self.edges()
+        both = Graph.from_edges(
+            np.concatenate([src, dst]),
+            np.concatenate([dst, src]),
+            self.num_nodes,
+            np.concatenate([self.weights, self.weights]),
+        ).sort_rows()
+        s, d = both.edges()
+        w = both.weights
+        dup = np.zeros(both.num_edges, bool)
+        dup[1:] = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
+        clash = np.flatnonzero(dup[1:] & (w[1:] != w[:-1])) + 1
+        if clash.size:
+            e = int(clash[0])
+            return both, (int(s[e]), int(d[e]), float(w[e - 1]), float(w[e]))
+        g = both._filter(~dup)
+        g.symmetric = True
+        return g, None
+
     def gcn_norm(self) -> Graph:
         """A+I with weights D^-1/2 (A+I) D^-1/2 (Kipf & Welling; D = in-degree of A+I).
 

@@ -322,26 +322,9 @@ def _mask(m, what, n):
 def _undirected(g: Graph) -> Graph:
     """g plus every reverse edge, duplicates merged; a weighted edge listed both ways (or
     twice) must carry one weight."""
-    if g.weights is None:
-        return g.symmetrize()
-    src, dst = g.edges()
-    both = Graph.from_edges(
-        np.concatenate([src, dst]),
-        np.concatenate([dst, src]),
-        g.num_nodes,
-        np.concatenate([g.weights, g.weights]),
-    ).sort_rows()
-    s, d = both.edges()
-    w = both.weights
-    dup = np.zeros(both.num_edges, bool)
-    dup[1:] = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
-    clash = np.flatnonzero(dup[1:] & (w[1:] != w[:-1])) + 1
-    if clash.size:
-        e = int(clash[0])
-        u, v = sorted((int(s[e]), int(d[e])))
-        raise GraphError(
-            f"weights: the undirected edge {u}-{v} has two weights, {w[e - 1]:g} and {w[e]:g}"
-        )
-    h = both._filter(~dup)
-    h.symmetric = True
+    h, clash = g.symmetrize_weighted()
+    if clash is not None:
+        u, v, wa, wb = clash
+        u, v = sorted((u, v))
+        raise GraphError(f"weights: the undirected edge {u}-{v} has two weights, {wa:g} and {wb:g}")
     return h

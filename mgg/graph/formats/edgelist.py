@@ -391,44 +391,28 @@ def _concat(arrays, dtype):
 
 
 def _symmetrize_weighted(g: Graph, path, comments, delimiter) -> Graph:
-    """Union of g and its transpose keeping weights; an edge listed twice must agree."""
-    src, dst = g.edges()
-    n = g.num_nodes
-    both = Graph.from_edges(
-        np.concatenate([src, dst]),
-        np.concatenate([dst, src]),
-        n,
-        np.concatenate([g.weights, g.weights]),
-    ).sort_rows()
-    s, d = both.edges()
-    w = both.weights
-    dup = np.zeros(both.num_edges, bool)
-    dup[1:] = (s[1:] == s[:-1]) & (d[1:] == d[:-1])
-    clash = np.flatnonzero(dup[1:] & (w[1:] != w[:-1])) + 1
-    if clash.size:
-        e = int(clash[0])
-        u, v = int(s[e]), int(d[e])
-        _, parts, _ = _parse_edgelist(path, None, comments, delimiter, want_lines=True)
-        ps, pd = (
-            _concat([p.src for p in parts], np.int64),
-            _concat([p.dst for p in parts], np.int64),
-        )
-        lines = _concat([p.lines for p in parts], np.int64)
-        ws = _concat([p.w for p in parts], np.float32)
-        pair = ((ps == u) & (pd == v)) | ((ps == v) & (pd == u))
-        (la, wa), (lb, wb) = sorted(
-            (int(lines[pair & (ws == x)][0]), float(x)) for x in (w[e - 1], w[e])
-        )
-        raise err(
-            path,
-            f"line {lb}",
-            f"undirected edge {u} {v} has weight {wb:g} here but {wa:g} on line {la}",
-        )
-    keep = ~dup
-    counts = np.bincount(d[keep], minlength=n)
-    indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    return Graph(indptr, s[keep], w[keep], n, symmetric=True, check=False)
+    """Union of g and its transpose keeping weights; an edge listed twice must agree (the
+    error names both lines)."""
+    h, clash = g.symmetrize_weighted()
+    if clash is None:
+        return h
+    u, v, w1, w2 = clash
+    _, parts, _ = _parse_edgelist(path, None, comments, delimiter, want_lines=True)
+    ps, pd = (
+        _concat([p.src for p in parts], np.int64),
+        _concat([p.dst for p in parts], np.int64),
+    )
+    lines = _concat([p.lines for p in parts], np.int64)
+    ws = _concat([p.w for p in parts], np.float32)
+    pair = ((ps == u) & (pd == v)) | ((ps == v) & (pd == u))
+    (la, wa), (lb, wb) = sorted(
+        (int(lines[pair & (ws == np.float32(x))][0]), float(x)) for x in (w1, w2)
+    )
+    raise err(
+        path,
+        f"line {lb}",
+        f"undirected edge {u} {v} has weight {wb:g} here but {wa:g} on line {la}",
+    )
 
 
 def write_edgelist(graph: Graph, path) -> None:
