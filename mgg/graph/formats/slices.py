@@ -345,11 +345,15 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
 
 
 def source_checksum(path) -> dict:
-    """A cheap identity of a source file: size and blake2b of its first and last MiB."""
+    """A cheap identity of a source file (or of the files of a folder): sizes and blake2b
+    of each file's first and last MiB."""
     import hashlib
 
     path = os.fspath(path)
-    files = list(_mgg_paths(path)) if _format(path) == "mgg" else [path]
+    if os.path.isdir(path):  # an OGB directory: every file in it
+        files = sorted(os.path.join(d, f) for d, _, names in os.walk(path) for f in names)
+    else:
+        files = list(_mgg_paths(path)) if _format(path) == "mgg" else [path]
     h = hashlib.blake2b(digest_size=16)
     total = 0
     for p in files:
@@ -360,5 +364,5 @@ def source_checksum(path) -> dict:
             if s > 1 << 20:
                 f.seek(max(s - (1 << 20), 1 << 20))
                 h.update(f.read())
-        h.update(str(s).encode())
+        h.update(f"{os.path.relpath(p, path)}:{s}".encode())
     return {"path": os.path.abspath(path), "bytes": total, "blake2b_head_tail": h.hexdigest()}
