@@ -42,7 +42,14 @@ def build_plan_distributed(
         raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
     rank, size = comm.rank, comm.size
     facts = comm.allgather(
-        (part.num_nodes, part.min_nodes, part.weights is not None, part.src.size, part.offset)
+        (
+            part.num_nodes,
+            part.min_nodes,
+            part.weights is not None,
+            part.src.size,
+            part.offset,
+            part.header_nodes,
+        )
     )
     n = _agree_num_nodes(part, facts)
     weighted = _agree_weighted(part, facts)
@@ -130,6 +137,12 @@ def _agree_num_nodes(part: EdgeSlice, facts) -> int:
     if len(declared) > 1:
         raise GraphError(f"{part.source}: ranks disagree on the node count: {sorted(declared)}")
     need = max(f[1] for f in facts)
+    for f in facts:  # a "# Nodes: N" header counts before the file's first edge only
+        if f[5] is not None:
+            need = max(need, f[5])
+            break
+        if f[3]:
+            break
     n = next(iter(declared)) if declared else need
     if need > n:
         raise GraphError(f"{part.source}: node id {need - 1} is outside [0, {n})")

@@ -33,7 +33,9 @@ class EdgeSlice(NamedTuple):
     src, dst int64 [e]; weights float32 [e] or None; num_nodes N when the file says it (a
     CSR), else None (then max id + 1 over all ranks, at least ``min_nodes``);
     symmetric: the file declares the graph undirected (checked by the partitioner);
-    source: the file named in errors; offset: where the slice's first edge is.
+    source: the file named in errors; offset: where the slice's first edge is;
+    header_nodes: an edge list's ``# Nodes: N`` seen before the slice's first edge (it
+    counts only before the file's first edge).
     """
 
     src: np.ndarray
@@ -44,6 +46,7 @@ class EdgeSlice(NamedTuple):
     symmetric: bool
     source: str
     offset: str = ""
+    header_nodes: int | None = None
 
 
 def read_edge_slice(path, rank: int, size: int) -> EdgeSlice:
@@ -132,9 +135,8 @@ def _edgelist_slice(path, rank, size) -> EdgeSlice:
     if hi > MAX_ID:
         raise err(path, f"byte offset {first_edge}", "node ids are too large")
     w = np.concatenate(ws) if spec.ncol == 3 else None
-    min_nodes = max(hi, spec.header_nodes or 0)
     where = f"line at byte offset {first_edge}" if first_edge is not None else ""
-    return EdgeSlice(s, d, w, None, min_nodes, False, path, where)
+    return EdgeSlice(s, d, w, None, hi, False, path, where, spec.header_nodes)
 
 
 def _rel_line(message: str) -> int:
