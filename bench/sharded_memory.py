@@ -26,33 +26,19 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from common import RESULTS, machine, mgg_json, write_results
 
 GOAL = 0.35
 
 
 def make_dataset(path: Path, nodes: int, degree: int, features: int) -> dict:
+    from mgg.graph.formats import write_npz
     from mgg.graph.generators import planted_partition
 
     t0 = time.perf_counter()
     ds = planted_partition(nodes, 16, avg_degree=degree, num_features=features, seed=0)
     g = ds.graph
-    meta = {"name": path.stem, "num_classes": 16, "directed": False}
-    # the npz layout of mgg.graph.formats.npz, stored (not deflated) so ranks seek in it
-    with open(path, "wb") as f:
-        np.savez(
-            f,
-            indptr=g.indptr,
-            indices=g.indices,
-            x=ds.x,
-            y=ds.y,
-            train_mask=ds.train_mask,
-            val_mask=ds.val_mask,
-            test_mask=ds.test_mask,
-            meta=np.array(json.dumps(meta)),
-        )
+    write_npz(ds, path, compressed=False)  # stored, so that ranks seek in it
     return {
         "nodes": g.num_nodes,
         "edges": g.num_edges,

@@ -267,13 +267,13 @@ def cmd_partition(args) -> int:
     from .partition import build_plan, plan_stats
     from .partition.shards import ShardedDataset, write_sharded
 
-    if args.distributed:
-        return _partition_distributed(args)
-    if args.np is None:
-        raise ValueError("--np P is required (the number of ranks to partition for)")
     if args.out and args.no_transposed:
         raise ValueError("--out writes shards to train on, which need the transposed plans")
     kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
+    if args.distributed:
+        return _partition_distributed(args, kind)
+    if args.np is None:
+        raise ValueError("--np P is required (the number of ranks to partition for)")
     t0 = time.perf_counter()
     ds = _load(args)
     if isinstance(ds, ShardedDataset):
@@ -287,7 +287,8 @@ def cmd_partition(args) -> int:
         mode=args.mode,
         transposed=not args.no_transposed,
     )
-    st = {**plan_stats(plans, time.perf_counter() - t0), "graph": ds.name, "kind": kind}
+    stats = [q.stats() for q in plans]
+    st = {**plan_stats(stats, time.perf_counter() - t0), "graph": ds.name, "kind": kind}
     st["load_seconds"] = load_s
     if args.out:
         t0 = time.perf_counter()
@@ -295,7 +296,7 @@ def cmd_partition(args) -> int:
         write_sharded(args.out, plans, rows, kind, _source(args), force=args.force)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
     st["peak_rss_mb"] = [_peak_rss_mb()]
-    _report_partition(args, st, [q.stats() for q in plans])
+    _report_partition(args, st, stats)
     return 0
 
 
@@ -309,7 +310,7 @@ def _source(args) -> dict:
     return {"spec": args.graph, "scale": args.scale, "seed": args.seed}
 
 
-def _partition_distributed(args) -> int:
+def _partition_distributed(args, kind: str) -> int:
     from .backend import get_backend
     from .graph.formats.slices import read_edge_slice, read_node_rows
     from .partition import plan_stats
@@ -323,8 +324,6 @@ def _partition_distributed(args) -> int:
             f"--np {args.np} but the job has {comm.size} ranks: --distributed partitions for "
             "the job's ranks (mggrun -np P)"
         )
-    if args.out and args.no_transposed:
-        raise ValueError("--out writes shards to train on, which need the transposed plans")
     import os
 
     if not (os.path.isfile(args.graph) or os.path.isfile(args.graph + "_beg_pos.bin")):
@@ -332,7 +331,6 @@ def _partition_distributed(args) -> int:
             f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or .npz); "
             "generators and folders are partitioned in one process (drop --distributed)"
         )
-    kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
     bar = progress(total=4 if args.out else 3, desc="partition")
     with bar:
         bar.set_postfix_str("read slices")
@@ -428,8 +426,9 @@ def cmd_check(args) -> int:
     )
     if comm.rank == 0:
         if not _quiet(args):
+            n, e = _sizes(ds)
             print(
-                f"{ds.name}: {_sizes(ds)[0]:,} nodes, {_sizes(ds)[1]:,} edges, "
+                f"{ds.name}: {n:,} nodes, {e:,} edges, "
                 f"P={comm.size}, D={args.dim}, ps={args.ps}, dist={args.dist}"
             )
             rows = [

@@ -204,7 +204,6 @@ class Trainer:
         self.tuning: dict | None = None  # the search's result once it ran
         self.multilabel = data.y.ndim == 2
         self.metric = "rocauc" if self.multilabel else "accuracy"
-        self._targets = data.y.to(torch.float32) if self.multilabel else data.y
         self.train_count = self._sum([float(data.train_mask.sum())])[0]
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
@@ -264,10 +263,8 @@ class Trainer:
     def _loss_sum(self, logits, mask) -> torch.Tensor:
         """The loss summed over the rows of ``mask`` (multi-label: averaged over tasks)."""
         if self.multilabel:
-            bce = F.binary_cross_entropy_with_logits(
-                logits[mask], self._targets[mask], reduction="sum"
-            )
-            return bce / self._targets.shape[1]
+            y = self.data.y[mask]  # float32 (prepare)
+            return F.binary_cross_entropy_with_logits(logits[mask], y, reduction="sum") / y.shape[1]
         return F.cross_entropy(logits[mask], self.data.y[mask], reduction="sum")
 
     # ---- evaluation ------------------------------------------------------------------

@@ -216,12 +216,12 @@ def sharded_plan(dataset: ShardedDataset, comm, weighted: bool) -> PartitionPlan
 def _graph_on_root(comm, plan: PartitionPlan) -> Graph | None:
     """The whole graph of a partition, reassembled from every rank's plan on rank 0 (the
     oracle's input); None elsewhere. Collective."""
-    local_dst, remote_dst = plan.edge_dst()
-    remote_src = plan.bounds[plan.remote_pe].astype(np.int64) + plan.remote_row
+    ls, ld, rs, rd = plan.global_edges()
+    w = (plan.local_weights, plan.remote_weights) if plan.has_weights else None
     mine = (
-        np.concatenate([plan.local_indices.astype(np.int64) + plan.lb, remote_src]),
-        np.concatenate([local_dst, remote_dst]) + plan.lb,
-        None if not plan.has_weights else np.concatenate([plan.local_weights, plan.remote_weights]),
+        np.concatenate([ls, rs]),
+        np.concatenate([ld, rd]),
+        None if w is None else np.concatenate(w),
     )
     parts = comm.gather(mine, root=0)
     if comm.rank != 0:

@@ -125,15 +125,20 @@ class PartitionPlan:
             np.repeat(n, np.diff(self.remote_indptr)),
         )
 
+    def global_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(local src, local dst, remote src, remote dst): int64 [El], [El], [Er], [Er]
+        global node ids of each edge src -> dst, in the plan's edge order."""
+        ld, rd = self.edge_dst()
+        ls = self.local_indices.astype(np.int64) + self.lb
+        rs = self.bounds[self.halo_pe].astype(np.int64)[self.remote_slot] + self.remote_row
+        return ls, ld + self.lb, rs, rd + self.lb
+
     def edge_keys(self, transposed: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(local, remote): int64 [El], [Er] the key dst·N + src of each edge, global ids,
         in the plan's edge order. ``transposed``: this is a plan of the transposed graph,
         whose edge u -> v is the forward edge v -> u (so the keys match the forward's)."""
-        n, lb = self.num_nodes, self.lb
-        ld, rd = self.edge_dst()
-        ls = self.local_indices.astype(np.int64) + lb
-        rs = self.bounds[self.halo_pe].astype(np.int64)[self.remote_slot] + self.remote_row
-        ld, rd = ld + lb, rd + lb
+        n = self.num_nodes
+        ls, ld, rs, rd = self.global_edges()
         if transposed:
             return ls * n + ld, rs * n + rd
         return ld * n + ls, rd * n + rs
@@ -199,14 +204,18 @@ class PartitionPlan:
 
     def digest(self) -> str:
         """Content hash of this rank's plan (every array, dtype and shape included): equal
-        digests mean bit-identical plans, however they were built."""
+        digests mean bit-identical plans, however they were built. Computed once (the
+        plan is immutable)."""
+        if "_digest" in self.__dict__:
+            return self.__dict__["_digest"]
         h = hashlib.blake2b(digest_size=16)
         h.update(f"{self.rank}:{self.ps}:{self.num_edges}:{self.symmetric}".encode())
         h.update(np.ascontiguousarray(self.bounds).tobytes())
         for name, a in sorted(self.arrays().items()):
             h.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
             h.update(np.ascontiguousarray(a).data)
-        return h.hexdigest()
+        self.__dict__["_digest"] = h.hexdigest()
+        return self.__dict__["_digest"]
 
 
 PLAN_ARRAYS = (

@@ -276,7 +276,7 @@ class ShardedDataset:
                 f"needs {graph_kind!r}: partition again with --model {model or graph_kind}"
             )
 
-    def open(self, rank: int, size: int, verify: bool = True) -> Shard:
+    def open(self, rank: int, size: int) -> Shard:
         """Rank ``rank``'s shard (checked against the manifest first, then memory-mapped)."""
         self.check_job(size)
         m = self.manifest
@@ -302,7 +302,7 @@ class ShardedDataset:
                 raise ShardError(f"{path}: missing from the shard of rank {rank}") from None
             if got != size_b:
                 raise ShardError(f"{path}: {got} bytes, the manifest says {size_b} (truncated?)")
-            if verify and _file_hash(path) != digest:
+            if _file_hash(path) != digest:
                 raise ShardError(f"{path}: contents differ from the manifest's hash (modified)")
             try:
                 # features copy-on-write: torch takes them without a copy

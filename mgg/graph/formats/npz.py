@@ -199,8 +199,10 @@ def _json_default(o):
     raise TypeError(f"meta value of type {type(o).__name__} is not JSON serializable")
 
 
-def write_npz(dataset: Dataset, path) -> None:
-    """Write a Dataset in the ``shared/data`` layout (compressed; sparse x as x_* CSR keys).
+def write_npz(dataset: Dataset, path, compressed: bool = True) -> None:
+    """Write a Dataset in the ``shared/data`` layout (sparse x as x_* CSR keys), deflated
+    or, with ``compressed=False``, stored (ranks of the distributed partitioner then seek
+    in it instead of decompressing up to their slice).
 
     ``meta`` gets name, num_nodes, num_edges, num_classes and ``directed`` (False only when
     the graph is marked symmetric).
@@ -237,4 +239,4 @@ def write_npz(dataset: Dataset, path) -> None:
         del meta["directed"]
     arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
     with open(path, "wb") as f:
-        np.savez_compressed(f, **arrays)
+        (np.savez_compressed if compressed else np.savez)(f, **arrays)
