@@ -48,13 +48,14 @@ def main(argv=None) -> int:
         parser.print_help()
         return 2
     from .comm import abort_job, finalize
+    from .errors import MggError
 
     try:
         code = args.func(args) or 0
         finalize()  # NVSHMEM, where the command used it
         return code
-    except (ValueError, FileNotFoundError, KeyError, RuntimeError, MemoryError) as e:
-        print(f"mgg {args.command}: error: {e}", file=sys.stderr)
+    except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
+        print(f"mgg {args.command}: error: {_message(e)}", file=sys.stderr)
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in GPU_PACKAGES:
             raise
@@ -66,6 +67,13 @@ def main(argv=None) -> int:
     sys.stderr.flush()
     abort_job(2)
     return 2
+
+
+def _message(e: BaseException) -> str:
+    """One line: the error's text, or for an OSError without one its strerror and file."""
+    if isinstance(e, OSError) and e.filename is not None and not isinstance(e, MemoryError):
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ..errors import LaunchError
 from .base import Comm, SymmetricArray
 
 _abort_installed = False
@@ -63,7 +64,7 @@ def abort(comm, code: int) -> None:
 ABORT_GRACE_SECONDS = 1.0
 
 
-class LaunchMismatchError(RuntimeError):
+class LaunchMismatchError(LaunchError):
     """The job's world is not the size mggrun asked for."""
 
 

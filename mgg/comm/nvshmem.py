@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from ..errors import ResourceError
 from .base import SymmetricArray
 from .mpi import MPIComm
 
@@ -22,7 +23,7 @@ DEFAULT_HEAP = 1 << 30  # NVSHMEM's default NVSHMEM_SYMMETRIC_SIZE
 HEAP_RESERVE = 64 << 20  # left for NVSHMEM's own allocations and alignment
 
 
-class HeapTooSmallError(MemoryError):
+class HeapTooSmallError(ResourceError):
     """The symmetric heap cannot hold what the plan needs."""
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import LaunchError
 from ..kernels.reference import check_edge_weights, check_op
 from ..partition.plan import PartitionPlan
 
 
-class PlanMismatchError(RuntimeError):
+class PlanMismatchError(LaunchError):
     """The ranks of a job hold plans that do not belong together."""
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from ..errors import GraphError
+
 INT32_MAX = np.iinfo(np.int32).max
 
 
-class GraphError(ValueError):
-    """A graph, or a file holding one, is malformed."""
 
 
 def index_dtype(num_nodes: int) -> np.dtype:

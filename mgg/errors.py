@@ -1,0 +1,38 @@
+"""The errors mgg raises for bad input, bad configuration and missing resources.
+
+Every one is an :class:`MggError`, whose message names the input (a file, a flag, a
+checkpoint) and says what is wrong with it; ``mgg`` prints it as one line and exits 2.
+Each also derives from the builtin a Python caller would expect (ValueError,
+MemoryError, ...), so ``except ValueError`` keeps working. Anything else that escapes
+is a bug in mgg and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class MggError(Exception):
+    """A user-facing error: the message names the input and the problem."""
+
+
+class InputError(MggError, ValueError):
+    """A value given to mgg (a flag, a config, an argument) is invalid."""
+
+
+class GraphError(InputError):
+    """A graph or dataset, or a file holding one, is malformed."""
+
+
+class CheckpointError(InputError):
+    """A checkpoint file cannot be read, or does not fit this job."""
+
+
+class ResourceError(MggError, MemoryError):
+    """What a command would allocate exceeds what this rank (or device) has."""
+
+
+class DivergedError(MggError, FloatingPointError):
+    """Training produced a non-finite loss or weights."""
+
+
+class LaunchError(MggError, RuntimeError):
+    """The job was launched wrongly (rank counts, environment, a missing command)."""
