@@ -41,32 +41,76 @@ MODEL = (
 )
 
 
+ERROR_GRACE_SECONDS = 1.5  # more than mgg.comm.mpi's ABORT_GRACE_SECONDS
+
+
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    from .comm import abort_job, finalize
-    from .errors import MggError
+    from .comm import abort_job, finalize, job_rank
+    from .errors import GraphError, MggError
 
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupt_hook(args.command)
     try:
         code = args.func(args) or 0
         finalize()  # NVSHMEM, where the command used it
         return code
+    except KeyboardInterrupt:
+        return _interrupted(args.command)
     except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
-        print(f"mgg {args.command}: error: {_message(e)}", file=sys.stderr)
+        msg = _message(e)
+        if isinstance(e, GraphError) and _INPUT and _INPUT[-1] not in msg:
+            msg = f"{_INPUT[-1]}: {msg}"  # found past the reader: name the input anyway
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in GPU_PACKAGES:
             raise
-        print(
-            f"mgg {args.command}: error: {e}: the cuda backend needs the gpu extra "
-            "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)",
-            file=sys.stderr,
+        msg = (
+            f"{e}: the cuda backend needs the gpu extra "
+            "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)"
         )
+    finally:
+        sys.unraisablehook = previous_hook
+    if job_rank() > 0:  # every rank usually hits the same error: let rank 0's abort end
+        time.sleep(ERROR_GRACE_SECONDS)  # this one before it repeats it
+    print(f"mgg {args.command}: error: {msg}", file=sys.stderr)
     sys.stderr.flush()
     abort_job(2)
     return 2
+
+
+def _interrupt_hook(command: str):
+    """An unraisable-exception hook: Python only reports a Ctrl-C that lands in a __del__
+    (numba's compiler has many), so act on it here."""
+    default = sys.unraisablehook
+
+    def hook(u):
+        if issubclass(u.exc_type, KeyboardInterrupt):
+            _interrupted(command, exit_now=True)
+        default(u)
+
+    return hook
+
+
+def _interrupted(command: str, exit_now: bool = False) -> int:
+    """Ctrl-C: no traceback, exit code 130, and one line, from rank 0 (under mggrun from
+    mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank exits
+    at once, skipping MPI_Finalize (which could wait on a peer still inside a collective);
+    mpiexec then ends the rest of the job."""
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = os.environ
+    if env.get("MGG_LAUNCHER") != "mggrun" and int(env.get("PMI_RANK") or 0) == 0:
+        print(f"mgg {command}: interrupted", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit_now or int(env.get("MGG_SIZE") or env.get("PMI_SIZE") or 1) > 1:
+        os._exit(130)
+    return 130
 
 
 def _message(e: BaseException) -> str:
@@ -89,9 +133,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     _graph_args(s)
     s.add_argument(
-        "--np", type=int, default=None, help="number of ranks P (--distributed: the job's)"
+        "--np", type=_integer(1), default=None, help="number of ranks P (--distributed: the job's)"
     )
-    s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
+    s.add_argument("--ps", type=_integer(1), default=16, help="neighbor partition size")
     s.add_argument("--mode", choices=["edges", "nodes"], default="edges", help=BALANCE)
     s.add_argument("--no-transposed", action="store_true", help="skip the backward plans")
     s.add_argument("--out", help="write a sharded dataset to this folder (each rank opens its own)")
@@ -103,29 +147,34 @@ def _parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("check", help="verify every design against scipy and time it")
     _graph_args(s)
-    s.add_argument("--dim", type=int, default=16, help="feature width D")
+    s.add_argument("--dim", type=_integer(1), default=16, help="feature width D")
     s.add_argument("--op", default="sum", help="sum|mean|gcn|gin, or 'all'")
-    s.add_argument("--ps", type=int, default=16, help="neighbor partition size")
-    s.add_argument("--dist", type=int, default=4, help=DIST)
+    s.add_argument("--ps", type=_integer(1), default=16, help="neighbor partition size")
+    s.add_argument("--dist", type=_integer(1), default=4, help=DIST)
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
-    s.add_argument("--window", default="auto", help="auto|shm|rma, or 'all' (MPI backend)")
+    s.add_argument(
+        "--window",
+        choices=["auto", "shm", "rma", "all"],
+        default="auto",
+        help="auto|shm|rma, or 'all' (MPI backend)",
+    )
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     s.add_argument("--mode", choices=["auto", "p2p", "get"], default="auto", help=REMOTE)
-    s.add_argument("--repeat", type=int, default=5, help="timed runs per design (median)")
+    s.add_argument("--repeat", type=_integer(1), default=5, help="timed runs per design (median)")
     s.add_argument("--outputs", help="rank 0 saves each output as DIR/DESIGN-OP-WINDOW.npy")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_check)
 
     s = sub.add_parser("tune", help="search ps, dist and wpb/threads for a graph and width")
     _graph_args(s)
-    s.add_argument("--dim", type=int, default=16, help="feature width D")
+    s.add_argument("--dim", type=_integer(1), default=16, help="feature width D")
     s.add_argument("--op", default="gcn", help="sum|mean|gcn|gin")
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     s.add_argument("--start", choices=["origin", "model"], default="origin", help=START)
-    s.add_argument("--budget", type=int, default=None, help="most configurations measured")
-    s.add_argument("--repeat", type=int, default=3, help="timed runs per configuration")
+    s.add_argument("--budget", type=_integer(1), default=None, help="most configurations measured")
+    s.add_argument("--repeat", type=_integer(1), default=3, help="timed runs per configuration")
     s.add_argument("--exhaustive", action="store_true", help="also measure the whole grid")
-    s.add_argument("--confirm", type=int, default=3, help="rounds re-measuring the winners")
+    s.add_argument("--confirm", type=_integer(0), default=3, help="rounds re-measuring the winners")
     s.add_argument("--out", default="mgg-tune", help="folder for the trace JSON and heatmaps")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_tune)
@@ -150,47 +199,114 @@ def _parser() -> argparse.ArgumentParser:
 
 def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH + SHARDED)
-    s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
+    s.add_argument("--scale", type=_number(0), default=None, help="scale factor for stand-ins")
     s.add_argument("--model", default="gcn", help=MODEL)
-    s.add_argument("--epochs", type=int, default=epochs)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--epochs", type=_integer(0), default=epochs, help="0: only evaluate")
+    s.add_argument("--seed", type=_integer(0), default=0)
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--hidden", type=int, default=None, help="default: the model's")
-    s.add_argument("--layers", type=int, default=None, help="default: the model's")
-    s.add_argument("--heads", type=int, default=None, help="attention heads (gat; default 8)")
+    s.add_argument("--hidden", type=_integer(1), default=None, help="default: the model's")
+    s.add_argument("--layers", type=_integer(1), default=None, help="default: the model's")
     s.add_argument(
-        "--input-dropout", type=float, default=None, help="on the features (gin; default 0.9)"
+        "--heads", type=_integer(1), default=None, help="attention heads (gat; default 8)"
     )
-    s.add_argument("--dropout", type=float, default=None, help="default: the model's")
-    s.add_argument("--lr", type=float, default=None, help="default: the model's")
     s.add_argument(
-        "--weight-decay", type=float, default=None, help="L2, default the model's (5e-4)"
+        "--input-dropout", type=_fraction, default=None, help="on the features (gin; default 0.9)"
+    )
+    s.add_argument("--dropout", type=_fraction, default=None, help="default: the model's")
+    s.add_argument("--lr", type=_number(0), default=None, help="default: the model's")
+    s.add_argument(
+        "--weight-decay",
+        type=_number(0, open_low=False),
+        default=None,
+        help="L2, default the model's (5e-4)",
     )
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
-    s.add_argument("--ps", type=int, default=None, help="neighbor partition size (16)")
-    s.add_argument("--dist", type=int, default=4, help=DIST)
+    s.add_argument("--ps", type=_integer(1), default=None, help="neighbor partition size (16)")
+    s.add_argument("--dist", type=_integer(1), default=4, help=DIST)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     s.add_argument("--window", choices=["auto", "shm", "rma"], default="auto")
-    s.add_argument("--eval-every", type=int, default=eval_every, help="0: only at the end")
+    s.add_argument("--eval-every", type=_integer(0), default=eval_every, help="0: only at the end")
     s.add_argument("--checkpoint-dir", default=None)
-    s.add_argument("--checkpoint-every", type=int, default=0)
+    s.add_argument(
+        "--checkpoint-every", type=_integer(0), default=0, help="epochs between checkpoints"
+    )
     s.add_argument("--resume", default=None, help="a checkpoint file to continue from")
     s.add_argument("--tune", action="store_true", help="search ps, dist, ... in the first epochs")
-    s.add_argument("--config", help='a tuned configuration, e.g. \'{"ps": 32, "dist": 4}\'')
+    s.add_argument(
+        "--config", type=_config, help='a tuned configuration, e.g. \'{"ps": 32, "dist": 4}\''
+    )
     s.add_argument("--check-sync", action="store_true", help="check weights agree every step")
     s.add_argument("--json", action="store_true")
 
 
 def _graph_args(s):
     s.add_argument("graph", help=GRAPH + SHARDED)
-    s.add_argument("--scale", type=float, default=None, help="scale factor for stand-ins")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--scale", type=_number(0), default=None, help="scale factor for stand-ins")
+    s.add_argument("--seed", type=_integer(0), default=0)
+
+
+def _integer(low: int):
+    """argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def _number(low: float, open_low: bool = True):
+    """argparse type: a finite number > low (>= low when not open_low)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+        if not np.isfinite(value) or value < low or (open_low and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {'>' if open_low else '>='} {low:g}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a probability in [0, 1)."""
+    value = _number(0, open_low=False)(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
+
+
+def _config(text: str) -> dict:
+    """argparse type: a JSON object of the tuner's knobs (mgg.distgraph.KNOBS)."""
+    from .distgraph import check_config
+    from .errors import InputError
+
+    try:
+        return check_config(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg}, column {e.colno}): {text}") from None
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+_INPUT: list[str] = []  # the graphs this command opened, for its error messages
 
 
 def open_dataset(spec: str, scale=None, seed: int = 0):
     """A Dataset from a spec, or a ShardedDataset for a folder written by --out."""
     from .partition.shards import ShardedDataset, is_sharded
+
+    _INPUT.append(spec)
 
     if is_sharded(spec):
         return ShardedDataset(spec)
@@ -272,6 +388,7 @@ def cmd_info(args) -> int:
 # ---- partition ---------------------------------------------------------------------------
 def cmd_partition(args) -> int:
     from .graph.core import job_graph
+    from .memory import check_job
     from .partition import build_plan, plan_stats
     from .partition.shards import ShardedDataset, write_sharded
 
@@ -287,6 +404,7 @@ def cmd_partition(args) -> int:
     if isinstance(ds, ShardedDataset):
         raise ValueError(f"{args.graph}: already a sharded dataset (partitioned for np={ds.np})")
     load_s = time.perf_counter() - t0
+    mem = check_job(ds, args.np, "partition", source=args.graph)
     t0 = time.perf_counter()
     plans = build_plan(
         job_graph(ds.graph, kind),
@@ -304,6 +422,7 @@ def cmd_partition(args) -> int:
         write_sharded(args.out, plans, rows, kind, _source(args), force=args.force)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
     st["peak_rss_mb"] = [_peak_rss_mb()]
+    st["memory_estimate_mb"] = mem
     _report_partition(args, st, stats)
     return 0
 
@@ -411,12 +530,14 @@ def cmd_check(args) -> int:
     from .backend import get_backend
     from .designs.check import check
     from .kernels import OPS
+    from .memory import check_job
 
     if args.mode != "auto" and args.backend != "cuda":
         raise ValueError("--mode chooses how the CUDA kernel reads peers: use --backend cuda")
     backend = get_backend(args.backend)
     comm = backend.comm(mode=args.mode)  # first: from here on a failing rank aborts the job
     ds = _load(args)
+    mem = check_job(ds, comm.size, "check", source=args.graph, dim=args.dim)
     result = check(
         ds,
         backend,
@@ -448,7 +569,7 @@ def cmd_check(args) -> int:
             heads = ["design", "op", "window", "check", "ms (median)", "wait ms (rank mean)"]
             print(format_table(rows, heads + ["MB fetched (all ranks)"]))
         if args.json:
-            print(json.dumps(result))
+            print(json.dumps({**result, "memory_estimate_mb": mem}))
     return 0 if all(d["ok"] for d in result["designs"].values()) else 1
 
 
@@ -501,8 +622,9 @@ def cmd_tune(args) -> int:
 # ---- train -------------------------------------------------------------------------------
 def cmd_train(args) -> int:
     from .backend import get_backend, is_sparse
+    from .memory import check_job
     from .torch import MODELS, build_model
-    from .train import Trainer, build_optimizer, prepare
+    from .train import Trainer, build_optimizer, metric, prepare
 
     backend = get_backend(args.backend)
     comm = backend.comm(window=args.window)  # first: a failing rank now aborts the job
@@ -511,6 +633,8 @@ def cmd_train(args) -> int:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
     t0 = time.perf_counter()
     ds = open_dataset(args.dataset, args.scale, args.seed)
+    mem = check_job(ds, comm.size, "train", source=args.dataset, model=MODELS[args.model],
+                    hidden=args.hidden, layers=args.layers, heads=args.heads)  # fmt: skip
     num_nodes, num_edges = _sizes(ds)
     knobs = {"dist": args.dist} if args.design == "pipelined" else {}
     dg, data = prepare(
@@ -562,7 +686,7 @@ def cmd_train(args) -> int:
         model,
         opt,
         tune=args.tune,
-        config=json.loads(args.config) if args.config else None,
+        config=args.config,
         check_sync=args.check_sync,
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
@@ -585,13 +709,17 @@ def cmd_train(args) -> int:
         "num_edges": num_edges,
         "setup_s": setup_s,
         **summary,
+        "notes": data.notes,
         "peak_rss_mb": comm.allgather(_peak_rss_mb()),
+        "memory_estimate_mb": mem,
     }
     if say:
         peer = result["bytes_per_epoch"]
+        epoch = result["epoch_time_s"]
         say(
-            f"final: train {result['train_acc']:.3f}  val {result['val_acc']:.3f}  test "
-            f"{result['test_acc']:.3f}  ·  median epoch {result['epoch_time_s'] * 1e3:.1f} ms"
+            f"final: train {metric(result['train_acc'])}  val {metric(result['val_acc'])}  "
+            f"test {metric(result['test_acc'])}"
+            + (f"  ·  median epoch {epoch * 1e3:.1f} ms" if epoch is not None else "")
             + (f"  ·  peer rows per epoch {peer / 1e6:.1f} MB" if peer is not None else "")
         )
     if lead and args.json:

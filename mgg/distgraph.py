@@ -17,10 +17,29 @@ import numpy as np
 from .backend import Backend, assign, get_backend
 from .designs import knobs_for
 from .designs.halo import EdgeTranspose, HaloExchange
+from .errors import InputError
 from .graph.core import Graph
 from .hashing import key64
 from .kernels import aggregate
 from .partition import PartitionPlan, build_plan
+
+KNOBS = ("ps", "dist", "threads", "wpb")  # what configure() and the tuner set
+
+
+def check_config(config) -> dict:
+    """``config`` if it is a dict of knobs in KNOBS with positive integer values (or
+    None); else InputError saying which key or value is wrong."""
+    if not isinstance(config, dict):
+        raise InputError(f'a configuration is a JSON object like {{"ps": 32}}, got {config!r}')
+    bad = sorted(set(config) - set(KNOBS))
+    if bad:
+        raise InputError(f"unknown configuration key {bad[0]!r}: the knobs are {', '.join(KNOBS)}")
+    for knob, value in config.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
+        ):
+            raise InputError(f"{knob} must be a positive integer, got {value!r}")
+    return config
 
 
 class DistGraph:
@@ -151,26 +170,22 @@ class DistGraph:
             out["threads"] = numba.get_num_threads()
         return out
 
-    def configure(
-        self,
-        ps: int | None = None,
-        dist: int | None = None,
-        threads: int | None = None,
-        wpb: int | None = None,
-    ) -> None:
-        """Collective: switch to another configuration (the tuner's knobs). The CSRs are
-        kept; only the neighbor partitions and the designs are rebuilt."""
+    def configure(self, **config) -> None:
+        """Collective: switch to another configuration of the knobs ``KNOBS`` (the
+        tuner's: ps, dist, threads, wpb; positive integers). The CSRs are kept; only the
+        neighbor partitions and the designs are rebuilt."""
         import numba
 
+        ps, dist, threads, wpb = (check_config(config).get(k) for k in KNOBS)
         if threads is not None:
             if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
-                raise ValueError(
+                raise InputError(
                     f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads}"
                 )
             numba.set_num_threads(int(threads))
         for knob, value in (("dist", dist), ("wpb", wpb)):
             if value is not None and knob not in self.design_cls.knobs:
-                raise ValueError(
+                raise InputError(
                     f"{knob} is not a knob of the {self.design} design of the "
                     f"{self.backend.name} backend"
                 )

@@ -6,6 +6,7 @@ Options are those of mpiexec (hostfiles with -f/--hostfile, -ppn, ...), so mggru
 wherever mpirun does, inside a Slurm allocation included. Each rank starts through a shim
 that sets, from the launcher's variables:
     MGG_RANK, MGG_SIZE, MGG_LOCAL_RANK, MGG_LOCAL_SIZE
+    MGG_LAUNCHER=mggrun               (``mgg`` leaves reporting a Ctrl-C to mggrun)
     MGG_DEVICE                        local rank modulo the GPUs visible on the node
     NUMBA_NUM_THREADS, OMP_NUM_THREADS   cores / local ranks (at least 1)
     MGG_NP                            the -n/-np asked for, which mgg.comm checks
@@ -13,13 +14,25 @@ that sets, from the launcher's variables:
                                       mpi4py is bound to another MPI than this mpiexec)
 A leading ``mgg`` or ``python`` in COMMAND runs under this interpreter.
 MGG_MPIEXEC overrides the mpiexec used (default: the one installed beside this Python).
+
+Failures: mggrun runs mpiexec as a child and exits with its code. Ctrl-C (SIGINT) goes to
+the local ranks themselves (they exit without a traceback, and mggrun prints the one line
+``mgg CMD: interrupted`` and exits 130), a second one or a SIGTERM/SIGHUP to mpiexec as
+SIGTERM. Before and after each job mggrun removes the MPICH shared-memory files
+(/dev/shm/mpich_*) of this user that no live process maps or holds open: what a killed or
+aborted job leaves, since MPICH unlinks them only in MPI_Finalize.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 SHIM = "--mgg-rank-shim"
@@ -27,6 +40,10 @@ _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 _LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
+STALE_AFTER_S = 2.0  # a file this young may be a starting job's, not yet mapped
+ESCALATE_AFTER_S = 10.0  # after a forwarded SIGINT, SIGTERM the job if it still runs
 
 
 def find_mpiexec() -> str:
@@ -63,6 +80,7 @@ def rank_environment(env=None, cpus=None, gpus=None) -> dict:
         "MGG_SIZE": str(_first(env, _SIZE_VARS, 1)),
         "MGG_LOCAL_RANK": str(local),
         "MGG_LOCAL_SIZE": str(local_size),
+        "MGG_LAUNCHER": "mggrun",
     }
     gpus = _count_gpus(env) if gpus is None else gpus
     if gpus:
@@ -136,32 +154,181 @@ def requested_size(opts: list[str]) -> int | None:
         if name in ("-n", "-np"):
             value = value if eq else (opts[i + 1] if i + 1 < len(opts) else "")
             try:
-                return int(value)
+                n = int(value)
             except ValueError:
                 raise SystemExit(f"mggrun: {name} takes a number of ranks, got {value!r}") from None
+            if n < 1:
+                raise SystemExit(f"mggrun: {name} takes a positive number of ranks, got {n}")
+            return n
     return None
 
 
+def check_command(cmd: list[str], opts: list[str]) -> None:
+    """Refuse, before launching, a command that no rank could start."""
+    exe = _command(cmd)[0]
+    wdir = next((opts[i + 1] for i, a in enumerate(opts[:-1]) if a == "-wdir"), None)
+    if wdir and os.sep in exe and not os.path.isabs(exe):
+        exe = os.path.join(wdir, exe)
+    if shutil.which(exe) is None:
+        raise SystemExit(f"mggrun: {cmd[0]}: command not found (nor an executable file)")
+
+
+def _held_shm() -> set[str]:
+    """The /dev/shm paths that some live process of this machine maps or holds open."""
+    held = set()
+    prefix = f"{SHM_DIR}/"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.scandir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd.path)
+                    if target.startswith(prefix):
+                        held.add(target)
+            with open(f"/proc/{pid}/maps") as f:
+                held.update(line[line.index(prefix) :].rstrip("\n") for line in f if prefix in line)
+    return held
+
+
+def reap_shm(min_age: float = STALE_AFTER_S, wait: bool = False) -> list[str]:
+    """Unlink the MPICH shared-memory files of this user that no live process maps or
+    holds open and that are ``min_age`` seconds old; return their paths. ``wait``: let a
+    younger such file come of age (at most ``min_age`` seconds) rather than skip it."""
+    if not SHM_DIR.is_dir() or not Path("/proc/self/maps").exists():
+        return []
+    uid = os.getuid()
+    cands = {}
+    for e in os.scandir(SHM_DIR):
+        if e.name.startswith(SHM_PREFIXES):
+            with contextlib.suppress(OSError):
+                st = e.stat(follow_symlinks=False)
+                if st.st_uid == uid and e.is_file(follow_symlinks=False):
+                    cands[e.path] = max(st.st_mtime, st.st_ctime)
+    removed = []
+    while cands:
+        held = _held_shm()
+        now = time.time()
+        young = {}
+        for path, t in cands.items():
+            if path in held:
+                continue
+            if now - t < min_age:
+                young[path] = t
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed.append(path)
+        if not (wait and young):
+            break
+        time.sleep(max(0.0, min_age - (now - max(young.values()))) + 0.05)
+        cands, wait = young, False
+    return removed
+
+
+def _local_ranks(mpiexec: int) -> list[int] | None:
+    """The pids of the ranks mpiexec started, when all run on this node under hydra's
+    proxies (None otherwise: ranks on other nodes, another launcher, not started yet)."""
+    children: dict[int, list[tuple[int, str]]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                name, rest = stat[stat.index("(") + 1 :].rsplit(")", 1)
+                children.setdefault(int(rest.split()[1]), []).append((int(pid), name))
+    proxies = children.get(mpiexec, [])
+    if not proxies or any(name != "hydra_pmi_proxy" for _, name in proxies):
+        return None
+    return [pid for proxy, _ in proxies for pid, _ in children.get(proxy, [])] or None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when mggrun dies, even by SIGKILL."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def run_job(full: list[str], label: str | None = None) -> int:
+    """Run mpiexec as a child in its own session (so a terminal's Ctrl-C reaches only
+    mggrun), forward signals, and remove the shared memory the job left; its exit code.
+    ``label``: the command named in the one line that reports a Ctrl-C."""
+    reap_shm()
+    proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent)
+    state = {"interrupts": 0, "since": None}
+
+    def forward(signum, frame):
+        state["since"] = state["since"] or time.monotonic()
+        if signum == signal.SIGINT and not state["interrupts"]:
+            state["interrupts"] = 1
+            ranks = _local_ranks(proc.pid)
+            for pid in ranks or ():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGINT)
+            if ranks:
+                return
+            sig = signal.SIGINT
+        else:
+            sig = signal.SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in watched}
+    try:
+        escalated = False
+        while True:
+            try:
+                code = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                late = state["since"] and time.monotonic() - state["since"] > ESCALATE_AFTER_S
+                if late and not escalated:
+                    escalated = True
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGTERM)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    reap_shm(wait=True)
+    if state["interrupts"] and code != 0:
+        if label:
+            print(f"{label}: interrupted", file=sys.stderr)
+        return 130  # mpiexec reports whichever rank ended first: some die by its SIGKILL
+    return code if code >= 0 else 128 - code
+
+
 def main(argv=None) -> int:
+    """mggrun; a usage error prints one line and returns 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == SHIM:
         cmd = _command(argv[1:])
         os.environ.update(rank_environment())
-        os.execvp(cmd[0], cmd)
+        try:
+            os.execvp(cmd[0], cmd)
+        except OSError as e:
+            print(f"mggrun: {argv[1]}: {e.strerror or e}", file=sys.stderr)
+            return 127
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0
-    opts, cmd = _split(argv)
-    if not cmd:
-        raise SystemExit("mggrun: no command given (usage: mggrun -np P COMMAND [ARGS...])")
-    np_asked = requested_size(opts)
+    try:
+        opts, cmd = _split(argv)
+        if not cmd:
+            raise SystemExit("mggrun: no command given (usage: mggrun -np P COMMAND [ARGS...])")
+        np_asked = requested_size(opts)
+        check_command(cmd, opts)
+        full = [find_mpiexec(), *opts, sys.executable, "-m", "mgg.launch", SHIM, *cmd]
+    except SystemExit as e:
+        if not isinstance(e.code, str):
+            raise
+        print(e.code, file=sys.stderr)
+        return 2
     if np_asked is not None:
         os.environ["MGG_NP"] = str(np_asked)
     else:
         os.environ.pop("MGG_NP", None)
-    full = [find_mpiexec(), *opts, sys.executable, "-m", "mgg.launch", SHIM, *cmd]
-    os.execv(full[0], full)
-    return 0
+    mgg_cmd = cmd[0] == "mgg" and len(cmd) > 1 and not cmd[1].startswith("-")
+    return run_job(full, f"mgg {cmd[1]}" if mgg_cmd else None)
 
 
 if __name__ == "__main__":

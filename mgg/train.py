@@ -4,7 +4,6 @@ checkpoints."""
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +13,10 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
+from . import checkpoint
 from .backend import Backend
 from .distgraph import DistGraph
+from .errors import DivergedError, InputError
 from .graph.core import GRAPH_KINDS, job_graph
 from .graph.dataset import Dataset, random_features
 from .partition.shards import ShardedDataset
@@ -192,8 +193,25 @@ class Trainer:
         self.comm = graph.comm if graph.size > 1 else None
         self.lead = graph.rank == 0
         self.check_sync = check_sync
+        if (
+            isinstance(checkpoint_every, bool)
+            or not isinstance(checkpoint_every, int | np.integer)
+            or checkpoint_every < 0
+        ):
+            raise InputError(
+                f"--checkpoint-every must be an integer >= 0 (0: never), got {checkpoint_every!r}"
+            )
+        if checkpoint_every and not checkpoint_dir:
+            raise InputError(
+                f"--checkpoint-every {checkpoint_every} needs --checkpoint-dir to write them to"
+            )
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
-        self.checkpoint_every = checkpoint_every
+        self.checkpoint_every = int(checkpoint_every)
+        # rank 0 holds the folder for the trainer's life: a second job there is refused
+        self._folder_lock = (
+            checkpoint.lock(self.checkpoint_dir, self.comm) if checkpoint_dir else None
+        )
+        self._resumed_from = None  # the checkpoint whose epoch fit() must not run past
         self.eval_every = eval_every
         self.log = log if self.lead else None
         self.progress_bar = progress_bar
@@ -237,9 +255,10 @@ class Trainer:
         sync_gradients(self.model.parameters(), self.comm)
         total = float(self._sum([loss.item()])[0])
         if not np.isfinite(total):
-            raise FloatingPointError(
-                f"the loss is {total} at epoch {self.epoch}: lower the "
-                "learning rate, or check the features for NaN/inf"
+            lr = self.opt.param_groups[0].get("lr")
+            raise DivergedError(
+                f"training diverged: the loss is {total} at epoch {self.epoch + 1} "
+                f"(learning rate {lr:g}): lower the learning rate"
             )
         self.opt.step()
         self.epoch += 1
@@ -271,7 +290,8 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self) -> dict:
         """Loss on the train mask and accuracy (multi-label: ROC-AUC) on train, val and test
-        (no dropout)."""
+        (no dropout); None for a split that is empty (or, ROC-AUC, has no task with both
+        a positive and a negative)."""
         d = self.data
         self.model.eval()
         logits = self._logits()
@@ -285,10 +305,11 @@ class Trainer:
             for mask in masks:
                 local += [float((right & mask).sum()), float(mask.sum())]
             tot = self._sum(local)
-            acc = [tot[i] / tot[i + 1] if tot[i + 1] else float("nan") for i in (1, 3, 5)]
+            acc = [tot[i] / tot[i + 1] if tot[i + 1] else None for i in (1, 3, 5)]
+        acc = [None if a is None or not np.isfinite(a) else float(a) for a in acc]
         return {
             "loss": float(tot[0] / self.train_count),
-            **dict(zip(("train_acc", "val_acc", "test_acc"), map(float, acc), strict=True)),
+            **dict(zip(("train_acc", "val_acc", "test_acc"), acc, strict=True)),
         }
 
     def _global_rocauc(self, logits, masks) -> list[float]:
@@ -332,6 +353,9 @@ class Trainer:
     # ---- the loop --------------------------------------------------------------------
     def fit(self, epochs: int) -> list[dict]:
         """Train until ``epochs`` epochs in total are done (so a resumed run continues)."""
+        if self._resumed_from is not None:
+            checkpoint.check_epochs(self._resumed_from, self.epoch, epochs)
+            self._resumed_from = None
         if self.tune and self.tuning is None and self.epoch < epochs:
             self._search(epochs)
         bar = progress(total=epochs, desc="train", unit="epoch", enable=self.progress_bar)
@@ -347,13 +371,13 @@ class Trainer:
                     rec.update({k: ev[k] for k in ("train_acc", "val_acc", "test_acc")})
                 self.history.append(rec)
                 bar.update()
-                bar.set_postfix(loss=f"{loss:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}")
+                bar.set_postfix(loss=f"{loss:.4f}", val=metric(rec.get("val_acc")))
                 # every epoch of a short run, about 20 lines of a long one
                 if self.log and (epochs <= 50 or self.epoch % max(1, epochs // 20) == 0):
                     acc = (
                         ""
                         if "val_acc" not in rec
-                        else f"  train {rec['train_acc']:.3f}  val {rec['val_acc']:.3f}"
+                        else f"  train {metric(rec['train_acc'])}  val {metric(rec['val_acc'])}"
                     )
                     self.log(f"epoch {self.epoch:4d}  loss {loss:.4f}{acc}  {secs * 1e3:8.1f} ms")
                 if (
@@ -409,58 +433,37 @@ class Trainer:
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, path) -> Path:
         """Rank 0 writes the model's and the optimizer's state dicts with the trainer's
-        state (epoch, history, configuration), atomically; collective."""
-        path = Path(path)
-        if self.lead:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            meta = {
-                "epoch": self.epoch,
-                "history": self.history,
-                "config": getattr(self.model, "config", {}),
-                "graph_config": self.g.config,
-                "tuning": self.tuning,
-            }
-            state = {
-                "model": self.model.state_dict(),
-                "optimizer": self.opt.state_dict(),
-                "meta": json.dumps(meta),
-            }
-            tmp = path.with_name(path.name + ".tmp")
-            torch.save(state, tmp)
-            tmp.replace(path)
-        if self.comm is not None:
-            self.comm.barrier()
-        return path
+        state (epoch, history, configuration), atomically (mgg.checkpoint); collective."""
+        meta = {
+            "epoch": self.epoch,
+            "history": self.history,
+            "config": getattr(self.model, "config", {}),
+            "optimizer": type(self.opt).__name__,
+            "graph_config": self.g.config,
+            "tuning": self.tuning,
+            "ranks": self.g.size,
+        }
+        return checkpoint.save(path, self.model, self.opt, meta, self.comm)
 
-    def load_checkpoint(self, path) -> None:
-        """Collective: rank 0 reads the checkpoint (tensors and plain data only, nothing
-        pickled runs) and every rank takes its state."""
-        state, error = None, None
-        if self.lead:
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=True)
-                if not isinstance(state, dict) or not {"model", "optimizer", "meta"} <= set(state):
-                    raise ValueError("it holds no model, optimizer and trainer state")
-            except Exception as e:  # noqa: BLE001 - reported with the file's name below
-                error = f"checkpoint {path} cannot be read: {e}"
-        if self.comm is not None:
-            state, error = self.comm.bcast((state, error))
-        if error:
-            raise ValueError(error)
-        meta = json.loads(state["meta"])
-        cfg = getattr(self.model, "config", {})
-        if meta.get("config") and cfg and meta["config"] != cfg:
-            raise ValueError(f"checkpoint {path} is for model {meta['config']}, not {cfg}")
-        try:
-            self.model.load_state_dict(state["model"])
-            self.opt.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as e:
-            raise ValueError(f"checkpoint {path} does not fit this model: {e}") from None
-        self.epoch = int(meta["epoch"])
-        self.history = list(meta["history"])
-        if meta.get("graph_config"):
-            self.g.configure(**meta["graph_config"])
+    def load_checkpoint(self, path, epochs: int | None = None) -> None:
+        """Collective: rank 0 reads and validates the checkpoint (tensors and plain data
+        only, nothing pickled runs; mgg.checkpoint.read), every rank takes its weights,
+        optimizer state, epoch and history, and the tuned knobs valid for this job (at any
+        rank count; the others are dropped with a note). ``epochs``: the run's total, which
+        the checkpoint's epoch must not exceed (else fit() checks it)."""
+        meta = checkpoint.load(path, self.model, self.opt, self.comm, epochs)
+        self.epoch = meta["epoch"]
+        self.history = list(meta.get("history", []))
         self.tuning = meta.get("tuning")
+        for note in checkpoint.restore_knobs(self.g, meta):
+            if self.log:
+                self.log(f"checkpoint {path}: {note}")
+        self._resumed_from = path
+
+
+def metric(value) -> str:
+    """A metric for people: 3 decimals, '-' where it is undefined (None)."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def _row_normalize(x):

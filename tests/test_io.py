@@ -123,7 +123,8 @@ def test_edgelist_num_nodes_and_header(tmp_path):
     p = write(tmp_path, "h.txt", "# Nodes: 7 Edges: 1\n0 1\n")
     assert read_edgelist(p).num_nodes == 7
     p = write(tmp_path, "h2.txt", "# Nodes: 2 Edges: 1\n0 5\n")
-    assert read_edgelist(p).num_nodes == 6
+    with pytest.raises(GraphError, match=r"h2.txt: line 2: node id 5 .* >= 2, .*header on line 1"):
+        read_edgelist(p)
 
 
 def test_edgelist_undirected(tmp_path):
@@ -346,14 +347,15 @@ def small_dataset(sparse=False) -> Dataset:
     rng = np.random.default_rng(5)
     x = rng.random((12, 6)).astype(np.float32)
     x[x < 0.5] = 0
+    split = rng.integers(0, 4, 12)  # train, val, test or none: disjoint
     return Dataset(
         "tiny",
         g,
         sp.csr_matrix(x) if sparse else x,
         rng.integers(0, 3, 12),
-        rng.random(12) < 0.5,
-        rng.random(12) < 0.3,
-        rng.random(12) < 0.2,
+        split == 0,
+        split == 1,
+        split == 2,
         meta={"source": "test", "nested": {"a": [1, 2]}},
     )
 

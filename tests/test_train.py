@@ -203,9 +203,13 @@ def test_clear_errors(tmp_path):
         t.fit(5)
     with pytest.raises(ValueError, match="learning rate"):
         build_optimizer("adam", t.model, float("nan"), 0)
-    empty = Dataset("e", ds.graph, ds.x, ds.y, np.zeros(200, bool), ds.val_mask, ds.test_mask)
+    with pytest.raises(ValueError, match="e: the train mask selects no node"):
+        Dataset("e", ds.graph, ds.x, ds.y, np.zeros(200, bool), ds.val_mask, ds.test_mask)
+    dg, data = prepare(ds, None, "gcn")  # a LocalData built by hand is checked too
+    data.train_mask[:] = False
+    model = mt.build_model("gcn", data.num_features, data.num_classes)
     with pytest.raises(ValueError, match="train mask is empty"):
-        trainer(empty, "gcn")
+        Trainer(dg, data, model, build_optimizer("adam", model, 0.01, 0))
     t = trainer(ds, "gcn")
     t.model = torch.nn.Sequential()  # returns the features: 200 rows but not classes wide
     t.model.forward = lambda x, g: x.to_dense()[:-1] if hasattr(x, "to_dense") else x[:-1]

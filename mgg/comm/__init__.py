@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .base import Comm, SymmetricArray
 
-__all__ = ["Comm", "SymmetricArray", "abort_job", "finalize", "get_comm"]
+__all__ = ["Comm", "SymmetricArray", "abort_job", "finalize", "get_comm", "job_rank"]
 
 _world = {}
 
@@ -28,6 +28,11 @@ def get_comm(transport: str = "mpi", **kw) -> Comm:
         else:
             raise ValueError(f"unknown transport {transport!r}; choose 'mpi' or 'nvshmem'")
     return _world[key]
+
+
+def job_rank() -> int:
+    """This process's rank in its multi-rank job (0 when alone or before a comm exists)."""
+    return next((c.rank for c in _world.values() if c.size > 1), 0)
 
 
 def abort_job(code: int) -> None:

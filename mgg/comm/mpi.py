@@ -58,10 +58,34 @@ def abort(comm, code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     time.sleep(ABORT_GRACE_SECONDS)
+    try:  # what this rank had to say is out: silence MPICH's "Abort(2) on node ..." line
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 2)
+    except OSError:
+        pass
     comm.Abort(code)
 
 
 ABORT_GRACE_SECONDS = 1.0
+
+
+def unlink_node_segment(node) -> None:
+    """Unlink MPICH's intranode segment (/dev/shm/mpich_shm_*) early, so that no way of
+    ending the job (a kill, MPI_Abort) leaves it behind: MPICH unlinks it only in
+    MPI_Finalize. Safe once this rank has communicated: MPICH maps it while bootstrapping
+    shared memory and waits there until every rank of the node has; the maps stay valid."""
+    if node.Get_size() == 1 or node.Get_rank() != 0:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {ln.split(None, 5)[-1].strip() for ln in f if "/dev/shm/mpich_shm_" in ln}
+    except OSError:
+        return
+    for path in paths:
+        if path.startswith("/dev/shm/mpich_shm_") and " " not in path:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 class LaunchMismatchError(LaunchError):
@@ -102,6 +126,7 @@ class MPIComm(Comm):
         if window == "shm" and not self.single_node:
             raise ValueError("window='shm' needs every rank on one node; use 'rma' or 'auto'")
         self.window = ("shm" if self.single_node else "rma") if window == "auto" else window
+        unlink_node_segment(self.node)
         install_abort_handler(self.comm)
 
     # ---- collectives ---------------------------------------------------------------------

@@ -16,6 +16,7 @@ import numpy as np
 from ..backend import assign, get_backend, to_host
 from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
+from ..graph.formats import atomic_write
 from ..kernels import OPS, reference
 from ..partition import PartitionPlan, build_plan
 from ..partition.shards import ShardedDataset
@@ -197,7 +198,8 @@ def check(
                 }
             for name, out in outs.items():
                 if outputs is not None:
-                    np.save(outputs / f"{name}-{op}-{window}.npy", out)
+                    with atomic_write(outputs / f"{name}-{op}-{window}.npy") as tmp:
+                        np.save(tmp, out)
     return result
 
 

@@ -14,8 +14,6 @@ from ..errors import GraphError
 INT32_MAX = np.iinfo(np.int32).max
 
 
-
-
 def index_dtype(num_nodes: int) -> np.dtype:
     """int32 while node ids fit, else int64."""
     return np.dtype(np.int32) if num_nodes <= INT32_MAX else np.dtype(np.int64)
@@ -228,6 +226,7 @@ class Graph:
         g = self.remove_self_loops().add_self_loops()
         w = g.weights if g.weights is not None else np.ones(g.num_edges, np.float32)
         src, dst = g.edges()
+        check_gcn_weights(int((w < 0).sum()), g.num_edges)
         deg = np.bincount(dst, weights=w, minlength=g.num_nodes)
         dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
         norm = (dinv[src] * w * dinv[dst]).astype(np.float32)
@@ -250,6 +249,17 @@ class Graph:
 
 
 GRAPH_KINDS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
+
+
+def check_gcn_weights(negative: int, num_edges: int) -> None:
+    """GraphError when ``negative`` of the ``num_edges`` edge weights are < 0: GCN's
+    D^-1/2 (A+I) D^-1/2 needs a non-negative A (degrees would be <= 0)."""
+    if negative:
+        raise GraphError(
+            f"{negative:,} of {num_edges:,} edge weights are negative: GCN's normalization "
+            "needs weights >= 0 (train a model that takes the graph as given, e.g. "
+            "--model sage, or shift the weights)"
+        )
 
 
 def job_graph(graph: Graph, kind: str) -> Graph:

@@ -10,9 +10,12 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from ..memory import require
 from .core import Graph, GraphError
 
-__all__ = ["Dataset", "NodeRows", "make_split", "random_features"]
+__all__ = ["MASKS", "Dataset", "NodeRows", "check_split", "make_split", "random_features"]
+
+MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 class NodeRows(NamedTuple):
@@ -65,6 +68,11 @@ class Dataset:
                 bad = ~np.isfinite(self.x)
             if bad.any():
                 raise GraphError(f"{self.name}: features contain NaN or inf")
+            if self.x.shape[1] == 0:
+                raise GraphError(
+                    f"{self.name}: features have 0 columns: give at least one, or none "
+                    "(then mgg makes them)"
+                )
         if self.y is not None and np.ndim(self.y) == 2:
             self._check_multilabel(n)
         elif self.y is not None:
@@ -82,7 +90,7 @@ class Dataset:
                 raise GraphError(
                     f"{self.name}: label {self.y.max()} >= num_classes {self.num_classes}"
                 )
-        for k in ("train_mask", "val_mask", "test_mask"):
+        for k in MASKS:
             m = getattr(self, k)
             if m is not None:
                 m = np.asarray(m)
@@ -91,6 +99,7 @@ class Dataset:
                         f"{self.name}: {k} must be bool [{n}], got {m.dtype} {m.shape}"
                     )
                 setattr(self, k, m)
+        check_split(self.name, {k: getattr(self, k) for k in MASKS})
 
     def rows(self, lb: int, ub: int, seed: int = 0) -> NodeRows:
         """This dataset's node data for nodes lb..ub-1; labeled datasets without a split get
@@ -103,11 +112,15 @@ class Dataset:
                         f"{self.name}: multi-label targets need a split: give train, val "
                         "and test masks"
                     )
+                require(24 * self.num_classes, f"labels up to {self.num_classes - 1:,}", self.name)
                 masks = make_split(self.y, int(self.num_classes), 20, 30, seed=seed)
                 notes = "split: 20 train / 30 val per class (seeded), the rest test"
             else:
-                masks = (self.train_mask, self.val_mask, self.test_mask)
-            masks = tuple(None if m is None else m[lb:ub] for m in masks)
+                masks = tuple(getattr(self, k) for k in MASKS)
+                missing = [k.split("_")[0] for k in MASKS if getattr(self, k) is None]
+                if missing:
+                    notes = f"no {' or '.join(missing)} mask: its metric is null"
+            masks = tuple(np.zeros(ub - lb, bool) if m is None else m[lb:ub] for m in masks)
         return NodeRows(
             None if self.x is None else self.x[lb:ub],
             None if self.y is None else self.y[lb:ub],
@@ -156,6 +169,28 @@ class Dataset:
         c = f", {'tasks' if self.multilabel else 'classes'}={self.num_classes}"
         c = c if self.num_classes else ""
         return f"Dataset({self.name!r}, {self.graph}{f}{c})"
+
+
+def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> None:
+    """GraphError unless the given ``masks`` (MASKS -> bool [n] or None) are a split: a
+    train mask (that selects a node, when ``whole`` says these are all the rows) and
+    pairwise disjoint masks. ``offset``: the global id of row 0, for the message."""
+    given = {k: m for k, m in masks.items() if m is not None}
+    if not given:
+        return
+    if given.get("train_mask") is None:
+        raise GraphError(f"{name}: {' and '.join(given)} given without a train_mask")
+    if whole and not given["train_mask"].any():
+        raise GraphError(f"{name}: the train mask selects no node: nothing to learn from")
+    keys = list(given)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            both = given[a] & given[b]
+            if both.any():
+                raise GraphError(
+                    f"{name}: {a} and {b} share {int(both.sum()):,} nodes (the first is node "
+                    f"{offset + int(np.argmax(both))}): the splits must be disjoint"
+                )
 
 
 def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ..errors import InputError
 from ..hashing import GOLDEN, mix64
+from ..memory import csr_bytes, require
 from .core import Graph, index_dtype
 from .dataset import Dataset, make_split
 
@@ -304,6 +306,18 @@ def _build_csr(edges: list, n, symmetric, target=None):
     return new_indptr, indices, distinct
 
 
+def _require(source: str, n: int, entries: float, features: int = 0) -> None:
+    """ResourceError naming the spec when the graph (and features [n, F]) cannot fit:
+    the drawn edges and the CSR build take about 40 bytes per entry."""
+    require(
+        csr_bytes(n, 0) + 40 * entries + 4 * n * features,
+        f"{n:,} nodes and about {int(entries):,} edges"
+        + (f" with {features} features" if features else ""),
+        source,
+        "choose a smaller scale",
+    )
+
+
 def _graph(indptr, indices, n, symmetric) -> Graph:
     return Graph(indptr, indices, None, n, symmetric=True if symmetric else None, check=False)
 
@@ -330,8 +344,9 @@ def rmat(
     graph is directed (``graph.symmetric`` is None). indices are int32 while N fits.
     """
     if scale < 0 or edge_factor < 0:
-        raise ValueError(f"scale and edge_factor must be >= 0, got {scale}, {edge_factor}")
+        raise InputError(f"scale and edge_factor must be >= 0, got {scale}, {edge_factor}")
     n = 2**scale
+    _require(f"rmat:scale={scale},ef={edge_factor}", n, edge_factor * n * (2 if symmetric else 1))
     edges = list(_rmat_edges(edge_factor * n, scale, n, a, b, c, seed, permute, progress=progress))
     indptr, indices, _ = _build_csr(edges, n, symmetric)
     return _graph(indptr, indices, n, symmetric)
@@ -488,7 +503,10 @@ def planted_partition(
     """
     n, nc = int(num_nodes), int(num_classes)
     if n < 1 or nc < 1 or nc > n:
-        raise ValueError(f"need 1 <= num_classes <= num_nodes, got {num_classes}, {num_nodes}")
+        raise InputError(f"need 1 <= num_classes <= num_nodes, got {num_classes}, {num_nodes}")
+    if not (0 <= avg_degree < math.inf):
+        raise InputError(f"avg_degree must be a finite number >= 0, got {avg_degree}")
+    _require(f"planted:nodes={n},classes={nc}", n, n * avg_degree, int(num_features))
     if not 0.0 <= p_in <= 1.0:
         raise ValueError(f"p_in must lie in [0, 1], got {p_in}")
     rng = np.random.default_rng([seed, 0x9A27, 4])
@@ -609,10 +627,18 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
     The graph does not depend on ``with_features``; without it x, y and masks are None.
     """
     spec = _standin_spec(name)
-    if not scale > 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
+    if not 0 < scale < math.inf:
+        raise InputError(f"{name}:scale={scale}: the scale must be a finite number > 0")
+    require(
+        csr_bytes(spec.nodes * scale, 0, build=False),
+        f"{spec.nodes * scale:,.0f} nodes",
+        f"{name}:scale={scale}",
+        "choose a smaller scale",
+    )
     n = max(2, round(spec.nodes * scale))
     wanted = round(spec.edges * scale)
+    feats = spec.features if with_features else 0
+    _require(f"{name}:scale={scale}", n, min(wanted, standin_edge_cap(n)), feats)
     edges = min(wanted, standin_edge_cap(n))
     rewire = _Rewire.make(n, spec.classes, STANDIN_HOMOPHILY, seed)
     graph = _rmat_n(n, edges, 0.57, 0.19, 0.19, seed, not spec.directed, False, rewire)

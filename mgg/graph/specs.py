@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import os
 
+from ..errors import InputError
 from .dataset import Dataset
 from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
@@ -42,6 +44,10 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         )
     if name == "rmat":
         _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
+        if not (isinstance(kv["scale"], int) and 0 <= kv["scale"] <= 62):
+            raise InputError(
+                f"{spec}: the R-MAT scale (log2 of the node count) must be an integer in [0, 62]"
+            )
         k, ef, sd = int(kv["scale"]), int(kv.get("ef", 16)), int(kv.get("seed", seed))
         directed = bool(int(kv.get("directed", 0)))
         abc = {x: float(kv[x]) for x in "abc" if x in kv}
@@ -74,7 +80,9 @@ def _parse_kv(text: str, spec: str) -> dict[str, float]:
                 raise ValueError
             num = float(val)
         except ValueError:
-            raise ValueError(f"bad item {item!r} in {spec!r}: expected key=number") from None
+            raise InputError(f"bad item {item!r} in {spec!r}: expected key=number") from None
+        if not math.isfinite(num):
+            raise InputError(f"{spec}: {item!r}: expected a finite number")
         out[key.strip().lower()] = int(num) if num.is_integer() and "." not in val else num
     return out
 

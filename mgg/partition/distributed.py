@@ -19,7 +19,14 @@ from dataclasses import replace
 import numba
 import numpy as np
 
-from ..graph.core import GRAPH_KINDS, GraphError, _counting_sort, _sort_rows, index_dtype
+from ..graph.core import (
+    GRAPH_KINDS,
+    GraphError,
+    _counting_sort,
+    _sort_rows,
+    check_gcn_weights,
+    index_dtype,
+)
 from ..graph.formats.slices import EdgeSlice
 from .node_split import node_split, owner_of
 from .plan import PartitionPlan, _rank_plan
@@ -114,6 +121,8 @@ def build_plan_distributed(
         # D^-1/2 of every node, summed in the float64 order of Graph.gcn_norm (by row)
         dst_of_row = np.repeat(np.arange(lb, ub), np.diff(row_ptr))
         rw = row_w if row_w is not None else np.ones(row_src.size, np.float32)
+        negative = comm.allreduce(np.array([(rw < 0).sum()], np.int64))[0]
+        check_gcn_weights(int(negative), num_edges)
         deg = np.bincount(dst_of_row - lb, weights=rw, minlength=ub - lb)
         dinv = np.zeros(n, np.float64)
         dinv[lb:ub] = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)

@@ -29,14 +29,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph.core import GRAPH_KINDS, GraphError
-from ..graph.dataset import NodeRows
+from ..graph.dataset import MASKS, NodeRows
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays
 
 FORMAT = "mgg-shards"
 VERSION = 1
 MANIFEST = "manifest.json"
-MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 class ShardError(GraphError):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph.formats import atomic_write
+
 
 def heatmaps(space, table, best, path, title):
     """Fig. 10: latency over ps x dist (at the best third knob) and third knob x dist (at
-    the best ps); unmeasured cells are blank."""
+    the best ps); unmeasured cells are blank. ``path`` is written atomically."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -31,8 +33,11 @@ def heatmaps(space, table, best, path, title):
         fig.colorbar(im, ax=ax, label="latency (ms)")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with atomic_write(path) as tmp:
+            fig.savefig(tmp, dpi=110)  # tmp keeps the ending, which names the format
+    finally:
+        plt.close(fig)
     return path
 
 

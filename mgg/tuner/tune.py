@@ -13,6 +13,7 @@ from ..backend import assign, get_backend
 from ..designs import knobs_for
 from ..designs.check import median_seconds, sharded_plan
 from ..graph.dataset import Dataset, random_features
+from ..graph.formats import atomic_write
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
 from .model import Workload, default_space, rank_configs
@@ -108,14 +109,17 @@ def tune(
 
 
 def write_report(result: dict, out) -> tuple[Path, Path]:
-    """The trace JSON and the heatmaps (Fig. 10) of a tune() result in folder ``out``."""
+    """The trace JSON and the heatmaps (Fig. 10) of a tune() result in folder ``out``, each
+    written atomically."""
     from .plot import heatmaps
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{result['graph']}-P{result['np']}-D{result['dim']}"
     trace = out / f"{stem}-trace.json"
-    trace.write_text(json.dumps({k: v for k, v in result.items() if k != "table"}, indent=1))
+    text = json.dumps({k: v for k, v in result.items() if k != "table"}, indent=1)
+    with atomic_write(trace) as tmp:
+        Path(tmp).write_text(text)
     png = heatmaps(
         result["space"],
         result["table"],

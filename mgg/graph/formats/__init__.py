@@ -40,6 +40,7 @@ __all__ = [
     "write_graph",
     "dropped_on_write",
     "format_name",
+    "atomic_write",
 ]
 
 FORMAT_NAMES = {

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import MggError
+from ...memory import format_bytes, require
 from ..core import Graph, GraphError
 
 WRITE_ROWS = 1 << 20
@@ -49,9 +51,14 @@ def open_write(path: str):
 
 @contextlib.contextmanager
 def atomic_write(*paths):
-    """Yield temporary paths next to ``paths`` (same folder, same ending); when the block
-    succeeds each replaces its path (os.replace), else all are removed. A reader sees the
-    old files or the new ones, never half of one."""
+    """Yield temporary paths next to ``paths`` (same folder, a unique name with the same
+    ending); when the block succeeds each is flushed to disk (fsync) and replaces its path
+    (os.replace), else all are removed. A reader sees the old files or the new ones, never
+    half of one, also after a crash. The one home of atomic writes in mgg::
+
+        with atomic_write(path) as tmp:
+            np.save(tmp, array)
+    """
     token = secrets.token_hex(4)
     tmps = []
     for p in map(os.fspath, paths):
@@ -59,18 +66,73 @@ def atomic_write(*paths):
         tmps.append(os.path.join(head, f".tmp-{token}-{tail}"))
     try:
         yield tmps[0] if len(tmps) == 1 else tuple(tmps)
+        for tmp in tmps:
+            _fsync(tmp)
         for tmp, p in zip(tmps, paths, strict=True):
             os.replace(tmp, p)
+        for folder in {os.path.dirname(os.path.abspath(p)) for p in map(os.fspath, paths)}:
+            with contextlib.suppress(OSError):  # the renames themselves (not every fs can)
+                _fsync(folder)
     except BaseException as e:
         for tmp in tmps:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
         msg = str(e)
-        if isinstance(e, GraphError) and any(tmp in msg for tmp in tmps):
+        if isinstance(e, MggError) and any(tmp in msg for tmp in tmps):
             for tmp, p in zip(tmps, paths, strict=True):
                 msg = msg.replace(tmp, os.fspath(p))
-            raise GraphError(msg) from e  # name the user's file, not the temporary one
+            raise type(e)(msg) from e  # name the user's file, not the temporary one
         raise
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def npz_shapes(z) -> dict:
+    """{key: (shape, dtype)} of an open NpzFile's members, from their .npy headers (nothing
+    is loaded); members whose header cannot be read are left to np.load to report."""
+    out = {}
+    for key in z.files:
+        try:
+            with z.zip.open(key + ".npy") as f:
+                version = np.lib.format.read_magic(f)
+                reader = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = reader(f)
+        except Exception:  # noqa: BLE001 - np.load names the problem when it loads it
+            continue
+        out[key] = (tuple(int(d) for d in shape), dtype)
+    return out
+
+
+def require_npz(path, z, keys=None, extra: int = 0) -> dict:
+    """Check that the members ``keys`` (all by default) of an open NpzFile, as their headers
+    declare them, plus ``extra`` bytes fit in memory before loading; returns npz_shapes."""
+    shapes = npz_shapes(z)
+    sizes = {
+        k: int(np.prod(s, dtype=object)) * d.itemsize
+        for k, (s, d) in shapes.items()
+        if keys is None or k in keys
+    }
+    if sizes:
+        big = max(sizes, key=sizes.get)
+        shape, dtype = shapes[big]
+        require(
+            sum(sizes.values()) + extra,
+            f"key {big!r} declares {dtype} {shape} ({format_bytes(sizes[big])}), and "
+            f"loading the {len(sizes)} array(s)",
+            path,
+            "check the array shapes the file declares",
+        )
+    return shapes
 
 
 def stem(path: str) -> str:

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
+from ...memory import require
 from ._common import err, open_binary, show
 from .edgelist import _num_workers, _read_chunks
 
@@ -178,7 +179,14 @@ def read_csv_rows(path, nrows: int, *, dtype=np.float32, allow_empty=False, unit
                 lines = block.count(b"\n")
                 if out is None:
                     first = block[: block.find(b"\n")]
-                    out = np.empty((nrows, first.count(b",") + 1), dtype)
+                    cols = first.count(b",") + 1
+                    require(
+                        nrows * cols * np.dtype(dtype).itemsize,
+                        f"line 1: {cols:,} columns, so {nrows:,} rows of {np.dtype(dtype)}",
+                        path,
+                        f"check the row count ({unit}s) and the first line",
+                    )
+                    out = np.empty((nrows, cols), dtype)
                 if line0 - 1 + lines > nrows:
                     while pending:
                         collect()

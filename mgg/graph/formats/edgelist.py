@@ -16,6 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
+from ...memory import available_bytes, csr_bytes, require
 from ..core import Graph, GraphError
 from ._common import (
     BOM,
@@ -34,6 +35,8 @@ __all__ = ["read_edgelist", "read_node_ids", "write_edgelist"]
 _CHUNK_BYTES = 1 << 24
 _EXACT_INT = 2**53
 _NODES_HEADER = re.compile(rb"nodes\s*[:=]\s*(\d+)", re.IGNORECASE)
+_ID_DIGITS = len(str(MAX_ID))
+IDS_HINT = "node ids index the CSR's rows, so N = max id + 1: number the nodes 0..N-1"
 
 
 class _LineError(Exception):
@@ -63,6 +66,8 @@ class _Spec:
         self.ncol = None
         self.ncol_line = 0
         self.header_nodes = None
+        self.header_line = 0
+        self.strict_header = False  # ids must lie below the header's node count
 
 
 class _Chunk:
@@ -70,9 +75,10 @@ class _Chunk:
     float32 [L] or None, the line of each edge (0-based in the chunk until the driver adds
     the offset; only when asked for), and the chunk's line count."""
 
-    __slots__ = ("src", "dst", "w", "lines", "nlines")
+    __slots__ = ("src", "dst", "w", "lines", "nlines", "hi")
 
     def __init__(self, ids, w, lines, nlines, hi):
+        self.hi = hi
         dtype = np.int32 if hi <= np.iinfo(np.int32).max else np.int64
         self.src = ids[:, 0].astype(dtype)
         self.dst = ids[:, 1].astype(dtype) if ids.shape[1] > 1 else None
@@ -120,7 +126,7 @@ def _peek(spec: _Spec, chunk: bytes, line0: int, path) -> bool:
         if line[:1] and line[:1] in spec.comment_chars:
             m = _NODES_HEADER.search(line)
             if m and spec.header_nodes is None:
-                spec.header_nodes = int(m.group(1))
+                _header(spec, m.group(1), line0 + i, path)
         elif line:
             if spec.delim is not None:
                 line = line.translate(spec.delim_table)
@@ -138,6 +144,30 @@ def _peek(spec: _Spec, chunk: bytes, line0: int, path) -> bool:
     return False
 
 
+def _header(spec: _Spec, digits: bytes, lineno: int, path) -> None:
+    """Take a ``Nodes: N`` comment: N must be a sane count whose indptr fits in memory."""
+    if len(digits) > _ID_DIGITS or int(digits) >= MAX_ID:
+        raise err(path, f"line {lineno}", f"the header declares {show(digits)} nodes: too many")
+    n = int(digits)
+    require(
+        csr_bytes(n, 0, build=False),
+        f"line {lineno}: the header declares {n:,} nodes, whose CSR (indptr int64 [N+1])",
+        path,
+        "check the header's node count",
+    )
+    spec.header_nodes, spec.header_line = n, lineno
+
+
+def _limit(spec: _Spec):
+    """(the bound ids must stay below, or None; how the message names it)."""
+    if spec.num_nodes is not None:
+        return spec.num_nodes, f"num_nodes = {spec.num_nodes}"
+    if spec.strict_header and spec.header_nodes is not None:
+        n = spec.header_nodes
+        return n, f"{n}, the node count of the 'Nodes: {n}' header on line {spec.header_line}"
+    return None, ""
+
+
 def _parse_chunk(spec: _Spec, chunk: bytes) -> _Chunk:
     """Parse whole lines; raises _LineError at the first bad line."""
     nlines = chunk.count(b"\n")
@@ -153,7 +183,8 @@ def _parse_chunk(spec: _Spec, chunk: bytes) -> _Chunk:
     else:
         parsed = _parse_fast(spec, chunk, nlines)
     hi = int(parsed[0].max()) if parsed is not None and parsed[0].size else -1
-    if parsed is None or hi >= MAX_ID or (spec.num_nodes is not None and hi >= spec.num_nodes):
+    limit = _limit(spec)[0]
+    if parsed is None or hi >= MAX_ID or (limit is not None and hi >= limit):
         parsed = _parse_slow(spec, raw)
         hi = int(parsed[0].max()) if parsed[0].size else -1
     return _Chunk(*parsed, nlines, hi)
@@ -268,11 +299,17 @@ def _node_id(spec: _Spec, tok: bytes, rel: int, col: int) -> int:
         if tok[:1] == b"-" and tok[1:].isdigit():
             raise _LineError(rel, f"negative node id {show(tok)} in column {col}")
         raise _LineError(rel, f"node id {show(tok)} in column {col} is not a non-negative integer")
+    if len(tok.lstrip(b"+0")) > _ID_DIGITS:
+        digits = len(tok.lstrip(b"+0"))
+        raise _LineError(
+            rel, f"node id {show(tok)} ({digits:,} digits) in column {col} is too large"
+        )
     val = int(tok)
     if val >= MAX_ID:
         raise _LineError(rel, f"node id {show(tok)} in column {col} is too large")
-    if spec.num_nodes is not None and val >= spec.num_nodes:
-        raise _LineError(rel, f"node id {val} in column {col} is >= num_nodes = {spec.num_nodes}")
+    limit, what = _limit(spec)
+    if limit is not None and val >= limit:
+        raise _LineError(rel, f"node id {val} in column {col} is >= {what}")
     return val
 
 
@@ -286,19 +323,30 @@ def _weight(tok: bytes, rel: int) -> float:
     return val
 
 
-def _parse_edgelist(path, num_nodes, comments, delimiter, want_lines=False, columns=(2, 3)):
-    """(spec, list of _Chunk with absolute ``lines``, number of lines in the file)."""
+def _parse_edgelist(
+    path, num_nodes, comments, delimiter, want_lines=False, columns=(2, 3), strict_header=False
+):
+    """(spec, list of _Chunk with absolute ``lines``, number of lines in the file).
+
+    ``strict_header``: ids must lie below a ``Nodes: N`` header's N. The largest id so far
+    is checked against memory chunk by chunk (its indptr needs 8 bytes per node)."""
     spec = _Spec(num_nodes, comments, delimiter, want_lines, columns)
+    spec.strict_header = strict_header
     done, pending = [], deque()
     line0 = 1
+    top = [-1, available_bytes() if num_nodes is None else None]
 
     def collect():
         nonlocal line0
-        job = pending.popleft()
+        job, chunk = pending.popleft()
         try:
             part = job.result() if isinstance(job, Future) else job
         except _LineError as e:
             raise err(path, f"line {line0 + e.rel}", e.problem) from None
+        if part.hi > top[0] and top[1] is not None:
+            top[0] = part.hi
+            if csr_bytes(part.hi + 1, 0, build=False) > top[1]:
+                _too_many_nodes(spec, chunk, part.hi, line0, path)
         if part.lines is not None:
             part.lines = part.lines + line0
         line0 += part.nlines
@@ -314,15 +362,34 @@ def _parse_edgelist(path, num_nodes, comments, delimiter, want_lines=False, colu
                     if not _peek(spec, chunk, line0, path):
                         line0 += chunk.count(b"\n")
                         continue
-                pending.append(pool.submit(_parse_chunk, spec, chunk))
+                pending.append((pool.submit(_parse_chunk, spec, chunk), chunk))
                 if len(pending) > workers:
                     collect()
             while pending:
                 collect()
         finally:
-            for job in pending:
+            for job, _ in pending:
                 job.cancel()
     return spec, done, line0 - 1
+
+
+def _too_many_nodes(spec: _Spec, chunk: bytes, hi: int, line0: int, path):
+    """ResourceError naming the line of id ``hi``, whose indptr cannot fit."""
+    slow = _Spec(None, "", None, True, spec.columns)
+    slow.comment_chars, slow.delim, slow.delim_table = (
+        spec.comment_chars,
+        spec.delim,
+        spec.delim_table,
+    )
+    slow.ncol = spec.ncol
+    ids, _, rel = _parse_slow(slow, _blank_comments(chunk, spec.comment_chars))
+    line = line0 + int(rel[np.flatnonzero((ids == hi).any(axis=1))[0]])
+    require(
+        csr_bytes(hi + 1, 0, build=False),
+        f"line {line}: node id {hi:,} makes {hi + 1:,} nodes, whose CSR (indptr int64 [N+1])",
+        path,
+        IDS_HINT,
+    )
 
 
 def read_edgelist(path, *, num_nodes=None, directed=True, comments="#%", delimiter=None) -> Graph:
@@ -331,7 +398,9 @@ def read_edgelist(path, *, num_nodes=None, directed=True, comments="#%", delimit
     A line ``u v`` is the edge u->v (row v of the in-edge CSR holds u). Columns are separated
     by whitespace, or commas when ``delimiter`` is None (else by ``delimiter``); lines whose
     first non-blank character is in ``comments`` are skipped, as are blank lines.
-    ``num_nodes`` defaults to max id + 1, or more when a header comment says ``Nodes: N``.
+    ``num_nodes`` defaults to max id + 1, or a header comment's ``Nodes: N`` (before the
+    first edge; an id >= N is then an error). Sizes are checked against memory before the
+    CSR is allocated (ResourceError naming the line of an id too large).
     ``directed=False`` adds the reverse of every edge and merges duplicates
     (``Graph.symmetrize``; weighted edges keep their weight) and marks the graph symmetric.
     Returns a Graph with E = number of edge lines (directed) and float32 weights [E] when
@@ -342,7 +411,7 @@ def read_edgelist(path, *, num_nodes=None, directed=True, comments="#%", delimit
         num_nodes = int(num_nodes)
         if num_nodes < 0:
             raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
-    spec, parts, nlines = _parse_edgelist(path, num_nodes, comments, delimiter)
+    spec, parts, nlines = _parse_edgelist(path, num_nodes, comments, delimiter, strict_header=True)
     if spec.ncol is None and num_nodes is None and spec.header_nodes is None:
         raise err(
             path,
@@ -359,6 +428,12 @@ def read_edgelist(path, *, num_nodes=None, directed=True, comments="#%", delimit
             int(dst.max()) + 1 if dst.size else 0,
             spec.header_nodes or 0,
         )
+    require(
+        csr_bytes(num_nodes, src.size * (1 if directed else 2), weights is not None),
+        f"the graph of {num_nodes:,} nodes and {src.size:,} edges (its CSR and the build)",
+        path,
+        IDS_HINT,
+    )
     try:
         g = Graph.from_edges(src, dst, num_nodes, weights)
         del src, dst

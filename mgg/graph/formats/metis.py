@@ -8,6 +8,7 @@ import zlib
 
 import numpy as np
 
+from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
 from ._common import (
     BOM,
@@ -41,6 +42,10 @@ def read_metis(path) -> Graph:
     without self loops, and marked ``symmetric=True``.
     """
     path = os.fspath(path)
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    if not gz:  # the text, its lines and one int64 per token: about 6 bytes per byte
+        require(6 * os.path.getsize(path), "reading the file", path)
     data = _read_all(path)
     if data.startswith(BOM):
         data = data[len(BOM) :]
@@ -63,6 +68,12 @@ def read_metis(path) -> Graph:
         )
     hline = linenos[h]
     n, m, vsize, ncon, ew = _metis_header(path, hline, lines[h])
+    require(
+        csr_bytes(n, 2 * m, ew),
+        f"line {hline}: the header declares {n:,} vertices and {m:,} edges, whose CSR",
+        path,
+        "check the header 'n m [fmt [ncon]]'",
+    )
     body_lines = lines[h + 1 :]
     body_nos = linenos[h + 1 :]
     if len(body_lines) < n:
@@ -173,6 +184,9 @@ def _metis_header(path, lineno, line):
             f"expected a header 'n m [fmt [ncon]]' of non-negative "
             f"integers, found {show(line.strip())}",
         )
+    for t in toks[:2]:
+        if len(t.lstrip(b"0")) > len(str(MAX_ID)):
+            raise err(path, where, f"{show(t)} ({len(t):,} digits) is too large")
     n, m = int(toks[0]), int(toks[1])
     fmt = toks[2].decode() if len(toks) > 2 else "0"
     if len(fmt) > 3 or set(fmt) - {"0", "1"}:
@@ -184,6 +198,8 @@ def _metis_header(path, lineno, line):
         )
     fmt = fmt.zfill(3)
     vsize, vweights, ew = fmt[0] == "1", fmt[1] == "1", fmt[2] == "1"
+    if len(toks) > 3 and len(toks[3]) > 6:
+        raise err(path, where, f"ncon {show(toks[3])} is too large")
     ncon = int(toks[3]) if len(toks) > 3 else int(vweights)
     if len(toks) > 3 and not vweights:
         raise err(path, where, f"ncon = {ncon} is given but fmt {fmt!r} has no vertex weights")

@@ -8,6 +8,7 @@ import warnings
 
 import numpy as np
 
+from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
 from ._common import BEG_SUFFIX, CSR_SUFFIX, err
 
@@ -40,6 +41,12 @@ def read_mgg_bin(prefix_or_path) -> Graph:
     ``<prefix>_csr.bin`` int64 [E] (raw little-endian). Accepts the prefix or either file.
     """
     beg_path, csr_path = _mgg_paths(prefix_or_path)
+    n, e = (os.path.getsize(p) // 8 for p in (beg_path, csr_path))
+    require(
+        8 * (n + e) + csr_bytes(n, e),
+        f"{n:,} beg_pos and {e:,} csr entries (int64), and the graph built from them",
+        beg_path,
+    )
     beg = _read_int64(beg_path)
     csr = _read_int64(csr_path)
     if beg.size == 0:

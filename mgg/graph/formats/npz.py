@@ -10,9 +10,10 @@ import zlib
 import numpy as np
 import scipy.sparse as sp
 
+from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
 from ..dataset import Dataset
-from ._common import FLOAT32_MAX, err, find_asymmetry, stem
+from ._common import FLOAT32_MAX, err, find_asymmetry, require_npz, stem
 
 __all__ = ["read_npz", "write_npz"]
 
@@ -39,6 +40,13 @@ def read_npz(path) -> Dataset:
         raise err(path, "byte offset 0", "holds a single .npy array, not an .npz archive")
     with z:
         keys = set(z.files)
+        shapes = require_npz(path, z)
+        e = shapes.get("indices", ((0,),))[0]
+        require(
+            csr_bytes(0, int(e[0]) if len(e) == 1 else 0),
+            "the graph's validation and build",
+            path,
+        )
         arrays = {k: _npz_get(path, z, k) for k in sorted(keys)}
     for k in ("indptr", "indices"):
         if k not in arrays:

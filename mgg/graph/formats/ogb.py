@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
 from ..dataset import Dataset
-from ._common import err, open_binary
+from ._common import err, open_binary, require_npz, show
 from ._csv import read_csv_rows
 from .edgelist import _concat, _parse_edgelist, read_node_ids
 
@@ -111,6 +112,14 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
     else:
         n = _read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
         e = _read_count(os.path.join(raw, "num-edge-list.csv.gz"), "edges")
+        require(
+            csr_bytes(n, 2 * e if undirected or info is None or info.add_inverse_edge else e)
+            + 16 * n,
+            f"raw/num-node-list.csv.gz and num-edge-list.csv.gz declare {n:,} nodes and "
+            f"{e:,} edges, whose graph, labels and masks",
+            root,
+            "check the counts in raw/num-node-list.csv.gz and raw/num-edge-list.csv.gz",
+        )
     y, num_classes, unlabeled, task = _read_labels(raw, n, info)
     masks, split_name = _read_split(root, n, info, split)
     if masks is not None and unlabeled is not None:
@@ -185,6 +194,8 @@ def _read_count(path, what) -> int:
         )
     if not lines[0].isdigit():
         raise err(path, "line 1", f"{lines[0][:40]!r} is not a non-negative integer")
+    if len(lines[0].lstrip(b"0")) > 18:
+        raise err(path, "line 1", f"{show(lines[0])} ({len(lines[0]):,} digits) is too large")
     return int(lines[0])
 
 
@@ -219,6 +230,12 @@ def _read_binary(raw, edge_feat):
     z = _load_npz(path)
     with z:
         keys = set(z.files)
+        want = {"edge_index", "num_nodes_list", "num_edges_list", "node_feat"}
+        if edge_feat != "skip":
+            want.add("edge_feat")
+        shapes = require_npz(path, z, want)
+        ei = shapes.get("edge_index", ((0, 0),))[0]
+        require(csr_bytes(0, 2 * ei[-1] if len(ei) == 2 else 0), "the graph's build", path)
         for k in ("edge_index", "num_nodes_list", "num_edges_list"):
             if k not in keys:
                 raise err(path, f"key {k!r}", f"missing (keys present: {sorted(keys)})")
@@ -292,6 +309,7 @@ def _read_labels(raw, n, info):
     if os.path.isfile(npz):
         path = npz
         with _load_npz(npz) as z:
+            require_npz(npz, z, {"node_label"}, extra=24 * n)
             if "node_label" not in z.files:
                 raise err(npz, "key 'node_label'", f"missing (keys present: {sorted(z.files)})")
             lab = _npz_get(npz, z, "node_label")

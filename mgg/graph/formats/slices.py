@@ -17,8 +17,9 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+from ...memory import require
 from ..core import GraphError
-from ..dataset import NodeRows, make_split
+from ..dataset import MASKS, NodeRows, check_split, make_split
 from . import _format
 from ._common import BOM, MAX_ID, err, stem
 from .edgelist import _CHUNK_BYTES, _LineError, _parse_chunk, _peek, _Spec
@@ -134,6 +135,12 @@ def _edgelist_slice(path, rank, size) -> EdgeSlice:
     hi = max(int(s.max(initial=-1)), int(d.max(initial=-1))) + 1
     if hi > MAX_ID:
         raise err(path, f"byte offset {first_edge}", "node ids are too large")
+    require(
+        24 * hi,
+        f"node id {hi - 1:,} makes {hi:,} nodes, whose per-node counts",
+        path,
+        "node ids index the CSR's rows: number the nodes 0..N-1",
+    )
     w = np.concatenate(ws) if spec.ncol == 3 else None
     where = f"line at byte offset {first_edge}" if first_edge is not None else ""
     return EdgeSlice(s, d, w, None, hi, False, path, where, spec.header_nodes)
@@ -196,8 +203,14 @@ def _mgg_slice(path, rank, size) -> EdgeSlice:
     for p in (beg_path, csr_path):
         if os.path.getsize(p) % 8:
             raise err(p, "byte offset 0", "file size is not a multiple of 8 (int64 entries)")
-    beg = np.fromfile(beg_path, "<i8")
     e = os.path.getsize(csr_path) // 8
+    n1 = os.path.getsize(beg_path) // 8
+    require(
+        8 * n1 * 3 + 24 * (e // size + 1),
+        f"beg_pos int64 [{n1:,}] (all of it) and this rank's {e // size:,} edges",
+        beg_path,
+    )
+    beg = np.fromfile(beg_path, "<i8")
     _check_indptr(beg_path, beg, e, "beg_pos")
     a, b = _edge_range(e, rank, size)
     csr = np.fromfile(csr_path, "<i8", count=b - a, offset=8 * a)
@@ -266,7 +279,16 @@ def _npz_slice(path, rank, size) -> EdgeSlice:
         ind = _Member(z, path, "indices")
         if len(ind.shape) != 1 or ind.dtype.kind not in "iu":
             raise err(path, "key 'indices'", f"expected a 1-D integer array, got {ind.dtype}")
-        indptr = _Member(z, path, "indptr").all().astype(np.int64)
+        ptr = _Member(z, path, "indptr")
+        n1, e = int(np.prod(ptr.shape)), ind.shape[0]
+        require(
+            8 * n1 * 3 + 24 * (e // size + 1),
+            f"key 'indptr' {ptr.dtype} {ptr.shape} (all of it) and this rank's "
+            f"{e // size:,} of {e:,} edges",
+            path,
+            "check the array shapes the file declares",
+        )
+        indptr = ptr.all().astype(np.int64)
         _check_indptr(path, indptr, ind.shape[0], "key 'indptr'")
         a, b = _edge_range(ind.shape[0], rank, size)
         src, dst = _slice_of(path, indptr, ind.rows(a, b), a, b, lambda i: f"key 'indices'[{i}]")
@@ -292,6 +314,7 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
         names = {n[:-4] for n in z.namelist() if n.endswith(".npy")}
         meta = _npz_meta(z, path)
         n = _Member(z, path, "indptr").shape[0] - 1
+        require(24 * n, f"the node data of {n:,} nodes (labels, split)", path)
         x = None
         if "x" in names:
             xm = _Member(z, path, "x")
@@ -332,18 +355,30 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
             if not isinstance(num_classes, int):
                 num_classes = int(y_all.max()) + 1 if n else 0
             y = y_all.astype(np.int8) if multilabel else y_all[lb:ub].astype(np.int64)
-            if multilabel and not {"train_mask", "val_mask", "test_mask"} <= names:
+            if multilabel and "train_mask" not in names:
                 raise err(path, "key 'train_mask'", "multi-label targets need a split")
-            if {"train_mask", "val_mask", "test_mask"} <= names:
-                masks = tuple(
-                    _Member(z, path, k).rows(lb, ub).astype(bool)
-                    for k in ("train_mask", "val_mask", "test_mask")
-                )
+            if set(MASKS) & names:
+                masks = tuple(_mask_rows(z, path, k, n, lb, ub) for k in MASKS)
+                check_split(path, dict(zip(MASKS, masks, strict=True)), lb, whole=False)
+                masks = tuple(np.zeros(ub - lb, bool) if m is None else m for m in masks)
+                missing = [k.split("_")[0] for k in MASKS if k not in names]
+                notes = f"no {' or '.join(missing)} mask: its metric is null" if missing else ""
             else:
+                require(24 * num_classes, f"key 'y': {num_classes:,} classes' split", path)
                 masks = tuple(m[lb:ub] for m in make_split(y_all, num_classes, 20, 30, seed))
                 notes = "split: 20 train / 30 val per class (seeded), the rest test"
     name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
     return NodeRows(x, y, masks, num_classes, name, notes)
+
+
+def _mask_rows(z, path, key: str, n: int, lb: int, ub: int):
+    """Rows lb..ub of the npz's bool [n] mask ``key`` (None when absent)."""
+    if key + ".npy" not in z.namelist():
+        return None
+    m = _Member(z, path, key)
+    if m.shape != (n,) or m.dtype != bool:
+        raise err(path, f"key {key!r}", f"masks must be bool [{n}], got {m.dtype} {m.shape}")
+    return m.rows(lb, ub)
 
 
 def source_checksum(path) -> dict:

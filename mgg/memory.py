@@ -1,0 +1,302 @@
+"""What a rank may allocate, and what a command will, checked before the big allocations.
+
+``available_bytes()``: min(MemAvailable, the cgroup's limit minus its usage) divided by the
+ranks on this node (``MGG_LOCAL_SIZE``, set by mggrun), or ``MGG_MEMORY_LIMIT`` (bytes per
+rank: ``2G``, ``512M``, ``1.5GiB``) when set. ``require(nbytes, what, source)`` raises
+ResourceError naming the input and the numbers when an allocation the input declares
+cannot fit. ``estimate(...)`` is a command's peak resident bytes per rank, part by part
+(calibrated against VmHWM: bench/memory_estimate.py).
+
+Pure: no comm, torch or numpy at import, so the graph layer imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from .errors import InputError, ResourceError
+
+__all__ = [
+    "LIMIT_ENV",
+    "available",
+    "available_bytes",
+    "check_estimate",
+    "csr_bytes",
+    "estimate",
+    "format_bytes",
+    "parse_size",
+    "require",
+]
+
+LIMIT_ENV = "MGG_MEMORY_LIMIT"
+LOCAL_SIZE_ENV = "MGG_LOCAL_SIZE"
+HINT = (
+    "check the sizes the input declares; else give each rank more memory (fewer ranks per "
+    f"node, a sharded dataset: mgg partition --out), or set {LIMIT_ENV} to override"
+)
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``'2G'``, ``'512M'``, ``'1.5GiB'``, ``'4096'`` (binary units)."""
+    m = _SIZE.match(str(text))
+    if m is None or (m.group(3).lower() == "i"):
+        raise InputError(
+            f"{LIMIT_ENV}={text!r}: expected a size like 2G, 512M, 1.5GiB or a byte count"
+        )
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_bytes(n: float) -> str:
+    """``7.3 TiB``, ``11.2 GiB``, ``512 B``."""
+    n = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError
+
+
+def _meminfo_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None  # "max": no limit
+
+
+def _cgroup_free() -> int | None:
+    """The cgroup's limit minus its usage (v2, else v1); None without a limit."""
+    paths = []
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrl, rel = line.rstrip("\n").split(":", 2)
+                if ctrl == "":
+                    paths.append(("/sys/fs/cgroup" + rel, "memory.max", "memory.current"))
+                elif "memory" in ctrl.split(","):
+                    base = "/sys/fs/cgroup/memory"
+                    paths.append((base + rel, "memory.limit_in_bytes", "memory.usage_in_bytes"))
+                    paths.append((base, "memory.limit_in_bytes", "memory.usage_in_bytes"))
+    except (OSError, ValueError):
+        return None
+    paths.append(("/sys/fs/cgroup", "memory.max", "memory.current"))
+    for base, lim, use in paths:
+        limit = _read_int(os.path.join(base, lim))
+        if limit is not None and limit < 2**60:  # v1 says "no limit" with a huge number
+            return max(0, limit - (_read_int(os.path.join(base, use)) or 0))
+    return None
+
+
+def available() -> tuple[int, str]:
+    """(bytes this rank may still allocate, how that was found, in words)."""
+    text = os.environ.get(LIMIT_ENV, "").strip()
+    if text:
+        return parse_size(text), f"{LIMIT_ENV}={text}"
+    free, how = _meminfo_available(), "MemAvailable"
+    cg = _cgroup_free()
+    if cg is not None and (free is None or cg < free):
+        free, how = cg, "the cgroup's limit minus usage"
+    if free is None:
+        return 2**62, "no /proc/meminfo"
+    try:
+        ranks = max(1, int(os.environ.get(LOCAL_SIZE_ENV, "1")))
+    except ValueError:
+        ranks = 1
+    if ranks > 1:
+        return free // ranks, f"{how} / {ranks} ranks on this node"
+    return free, how
+
+
+def available_bytes() -> int:
+    """What this rank may allocate now, in bytes (see :func:`available`)."""
+    return available()[0]
+
+
+def require(nbytes: float, what: str, source, hint: str = HINT) -> None:
+    """Raise ResourceError ``SOURCE: WHAT needs X but this rank has Y available (how);
+    hint`` when ``nbytes`` exceed :func:`available_bytes`."""
+    have, how = available()
+    if nbytes > have:
+        raise ResourceError(
+            f"{source}: {what} needs {format_bytes(nbytes)} but this rank has "
+            f"{format_bytes(have)} available ({how}); {hint}"
+        )
+
+
+def csr_bytes(num_nodes: int, num_edges: int, weighted: bool = False, build: bool = True) -> int:
+    """Bytes of a CSR graph of N nodes and E entries (indptr int64 [N+1], indices int32 or
+    int64 [E], float32 weights [E]) and, with ``build``, of building it from edge arrays
+    (src, dst and the sort: about 24 bytes per edge more)."""
+    n, e = int(num_nodes), int(num_edges)
+    idx = 4 if n < 2**31 else 8
+    total = 8 * (n + 1) + e * (idx + (4 if weighted else 0))
+    return total + (24 * e + 8 * n if build else 0)
+
+
+# ---- the job estimate -------------------------------------------------------------------
+# Calibrated against VmHWM of `mgg train` / `check` / `partition` on planted graphs
+# (bench/memory_estimate.py): bytes per unit of each part.
+BASELINE = 440 * 2**20  # python, numpy, scipy, numba, torch, mpi4py and their threads
+LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
+JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
+PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
+ACTIVATION_COPIES = 4  # tensors of [rows, width] kept per layer for backward, and grads
+
+
+def estimate(
+    num_nodes: int,
+    num_edges: int,
+    ranks: int = 1,
+    *,
+    features: int = 0,
+    feature_nnz: int | None = None,
+    classes: int = 0,
+    multilabel: bool = False,
+    hidden: int = 16,
+    layers: int = 2,
+    heads: int = 1,
+    command: str = "train",
+    sharded: bool = False,
+    symmetric: bool = True,
+    dim: int = 16,
+    split: bool = False,
+) -> dict[str, int]:
+    """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
+    graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
+    the peak (the baseline plus the largest phase: load, partition, run).
+
+    features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
+    when ``multilabel``), hidden/layers/heads: the model; ``dim``: check's width D;
+    ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
+    ``split``: the dataset has no masks, so make_split counts per class.
+    """
+    n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
+    f, c = int(features or 0), int(classes or 0)
+    rows = -(-n // p)
+    x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else 4 * n * f
+    node_data = x + (n * c if multilabel else 8 * n) + 3 * n
+    part = {"baseline": BASELINE}
+    entries = e + n  # gcn_norm adds a self loop per node
+    directions = 1 if symmetric else 2
+    plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
+    if sharded:
+        part["dataset"] = plan + node_data // p
+        load = part["dataset"]
+        build = 0
+    else:
+        part["dataset"] = csr_bytes(n, e, build=False) + node_data
+        load = part["dataset"] + LOAD_PER_EDGE * e
+        build = part["dataset"] + JOB_PER_ENTRY * entries + plan
+    if split and not multilabel:
+        part["split"] = 8 * 3 * max(c, 1) + 3 * 8 * n  # bincount per class, order, rank
+    part["plan"] = plan * (p if command == "partition" else 1)
+    run = 0
+    if command == "train":
+        widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
+        in_width = f if feature_nnz is None else 0
+        act = 4 * rows * (in_width + ACTIVATION_COPIES * sum(widths))
+        part["activations"] = act
+        part["output layer"] = 4 * 4 * hidden * heads * max(c, 1)  # W, grad, Adam's 2 moments
+        windows = 0
+        if p > 1:  # two shm windows per width, and the peers' rows each rank reads
+            windows = 2 * directions * 4 * sum(set(widths)) * n
+        part["windows"] = windows
+        run = part["dataset"] + plan + act + windows + part["output layer"]
+    elif command == "check":
+        windows = 2 * 4 * dim * (rows + (n - rows if p > 1 else 0))
+        part["windows"] = windows
+        run = part["dataset"] + plan + 4 * dim * rows * 4 + windows
+    elif command == "partition":
+        run = part["dataset"] + part["plan"] + node_data
+    part["total"] = BASELINE + max(load, build, run) + part.get("split", 0)
+    return part
+
+
+def check_estimate(parts: dict[str, int], source, what: str = "this job") -> int:
+    """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) will not fit
+    beside what this process already holds; returns the estimate in MB."""
+    have, how = available()
+    held = _rss_bytes()
+    need = parts["total"] - held
+    if need > have:
+        big = sorted(
+            ((v, k) for k, v in parts.items() if k not in ("total", "baseline")), reverse=True
+        )[:3]
+        detail = ", ".join(f"{k} {format_bytes(v)}" for v, k in big)
+        raise ResourceError(
+            f"{source}: {what} needs about {format_bytes(parts['total'])} per rank "
+            f"({detail}; {format_bytes(held)} already held) but this rank has "
+            f"{format_bytes(have)} available ({how}); {HINT}"
+        )
+    return round(parts["total"] / 2**20, 1)
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:
+    """The :func:`estimate` of ``command`` on ``ds`` (a Dataset or a ShardedDataset),
+    checked with :func:`check_estimate`; returns it in MB. ``model``: the registry's spec
+    (its hidden and layers are the defaults); ``kw``: hidden, layers, heads, dim (None
+    means the default)."""
+    kw = {k: v for k, v in kw.items() if v is not None}
+    if model is not None:
+        kw.setdefault("hidden", model.hidden)
+        kw.setdefault("layers", model.layers)
+    graph = getattr(ds, "graph", None)
+    if graph is None:  # sharded: the manifest's facts
+        n, e, sym = ds.num_nodes, ds.num_edges, bool(ds.symmetric)
+        f, c = ds.num_features or 0, ds.num_classes or 0
+        nnz = 0 if ds.features == "sparse" else None
+        multi = split = False
+    else:
+        n, e, sym = graph.num_nodes, graph.num_edges, bool(graph.symmetric)
+        x = ds.x
+        f = 0 if x is None else int(x.shape[1])
+        nnz = int(x.nnz) if hasattr(x, "nnz") else None
+        c = int(ds.num_classes or 0)
+        multi = bool(ds.multilabel)
+        split = ds.y is not None and ds.train_mask is None
+    parts = estimate(
+        n,
+        e,
+        ranks,
+        features=f,
+        feature_nnz=nnz,
+        classes=c,
+        multilabel=multi,
+        command=command,
+        sharded=graph is None,
+        symmetric=sym,
+        split=split,
+        **kw,
+    )
+    what = f"mgg {command} on {ranks} rank(s)"
+    if c > 2**24 and not multi:
+        what += (
+            f" with {c:,} classes (the largest label is {c - 1:,}; an output layer of {c:,} rows)"
+        )
+    return check_estimate(parts, source if source is not None else ds.name, what)

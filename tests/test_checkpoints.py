@@ -1,0 +1,387 @@
+"""Checkpoints (mgg.checkpoint): a corpus of corrupt files each refused with a CheckpointError
+naming the file and the problem, epochs, atomic writes, the folder lock, and resuming at
+another rank count."""
+
+import gc
+import io
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import mgg.torch as mt
+from mgg import checkpoint
+from mgg.errors import CheckpointError, InputError
+from mgg.graph.specs import resolve
+from mgg.train import Trainer, build_optimizer, prepare
+
+from conftest import last_json, mpirun
+
+SPEC = "planted:nodes=300,classes=3"
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return resolve(SPEC)
+
+
+def make(ds, *, hidden=None, optimizer="adam", **kw):
+    """A GCN trainer as `mgg train --dataset SPEC --eval-every 0` builds it on one rank."""
+    spec = mt.MODELS["gcn"]
+    dg, data = prepare(ds, None, "gcn", seed=0)
+    model = mt.build_model("gcn", data.num_features, data.num_classes, hidden=hidden, seed=0)
+    opt = build_optimizer(optimizer, model, spec.lr, spec.weight_decay)
+    return Trainer(dg, data, model, opt, eval_every=0, **kw)
+
+
+@pytest.fixture(scope="module")
+def good(ds, tmp_path_factory):
+    """A real checkpoint at epoch 2 and its raw contents."""
+    path = tmp_path_factory.mktemp("good") / "epoch00002.pt"
+    t = make(ds)
+    t.fit(2)
+    t.save_checkpoint(path)
+    raw = torch.load(path, weights_only=True)
+    return path, raw, json.loads(raw["meta"])
+
+
+@pytest.fixture(scope="module")
+def target(ds):
+    """A fresh trainer that the corrupt files are loaded into (and refused)."""
+    return make(ds)
+
+
+# ---- the corpus ------------------------------------------------------------------------------
+def _member_data_offset(data: bytes, name: str) -> int:
+    with zipfile.ZipFile(_bytes_file(data)) as zf:
+        info = zf.getinfo(name)
+    h = info.header_offset
+    n, e = struct.unpack("<HH", data[h + 26 : h + 30])
+    return h + 30 + n + e
+
+
+def _bytes_file(data):
+    return io.BytesIO(data)
+
+
+def flip_tensor_bit(good, out):
+    data = bytearray(good[0].read_bytes())
+    with zipfile.ZipFile(good[0]) as zf:
+        name = next(n for n in zf.namelist() if n.endswith("/data/0"))
+    data[_member_data_offset(bytes(data), name) + 2] ^= 0x08
+    out.write_bytes(bytes(data))
+
+
+def truncate(good, out):
+    data = good[0].read_bytes()
+    out.write_bytes(data[: len(data) * 3 // 5])
+
+
+def folder(good, out):
+    out.mkdir()
+    shutil.copy(good[0], out / "epoch00002.pt")
+
+
+def without(key):
+    def corrupt(good, out):
+        torch.save({k: v for k, v in good[1].items() if k != key}, out)
+
+    return corrupt
+
+
+def rewrite(model_fn=None, opt_fn=None, **meta):
+    """A checkpoint with a valid digest over changed contents (as a buggy writer would)."""
+
+    def corrupt(good, out):
+        _, raw, old = good
+        m = {k: v.clone() for k, v in raw["model"].items()}
+        o = pickle.loads(pickle.dumps(raw["optimizer"]))
+        if model_fn:
+            model_fn(m)
+        if opt_fn:
+            opt_fn(o)
+        checkpoint.write(out, m, o, {**old, **meta})
+
+    return corrupt
+
+
+def drop_state(key):
+    def change(o):
+        for s in o["state"].values():
+            del s[key]
+
+    return change
+
+
+def nan_weight(m):
+    k = next(iter(m))
+    m[k].view(-1)[:3] = float("nan")
+
+
+def changed_weight_same_meta(good, out):
+    raw = good[1]
+    m = {k: v.clone() for k, v in raw["model"].items()}
+    next(iter(m.values())).view(-1)[0] += 1.0
+    torch.save({**raw, "model": m}, out)
+
+
+def other_width(good, out):
+    dg, data = prepare(resolve(SPEC), None, "gcn", seed=0)
+    model = mt.build_model("gcn", data.num_features, data.num_classes, hidden=8, seed=0)
+    opt = build_optimizer("adam", model, 0.01, 0)
+    checkpoint.write(out, model.state_dict(), opt.state_dict(), {**good[2], "config": {}})
+
+
+class Foreign:  # pickled by reference: weights_only refuses to build it
+    pass
+
+
+CORPUS = [
+    ("truncated", truncate, r"cannot be read: it is truncated or corrupt"),
+    ("bit flipped in a tensor", flip_tensor_bit, r"is corrupt: its member .*data/0 fails its CRC"),
+    ("empty", lambda g, out: out.write_bytes(b""), r"it is empty \(0 bytes\)"),
+    ("a folder", folder, r"is a folder, not a checkpoint file; its newest .*epoch00002\.pt"),
+    ("missing", lambda g, out: None, r"does not exist"),
+    ("random bytes", lambda g, out: out.write_bytes(os.urandom(999)), r"not a torch zip file"),
+    (
+        "a pickle payload",
+        lambda g, out: out.write_bytes(pickle.dumps(g[1]["meta"])),
+        r"not a torch zip file but a bare pickle",
+    ),
+    (
+        "pickled objects in a torch file",
+        lambda g, out: torch.save({**g[1], "meta": Foreign()}, out),
+        r"holds pickled Python objects \(.*Foreign\)",
+    ),
+    ("no meta", without("meta"), r"has no 'meta' \(the trainer's epoch"),
+    ("no optimizer", without("optimizer"), r"has no 'optimizer' \(the optimizer's state\)"),
+    ("no model", without("model"), r"has no 'model'"),
+    (
+        "a meta that is not JSON",
+        lambda g, out: torch.save({**g[1], "meta": "{epoch: 2"}, out),
+        r"has a 'meta' that is not JSON",
+    ),
+    (
+        "a weight changed after the write",
+        changed_weight_same_meta,
+        r"does not match the digest in its meta",
+    ),
+    ("NaN weights", rewrite(nan_weight), r"holds NaN/inf in .* \(3 of \d+ values\)"),
+    (
+        "Adam state without exp_avg",
+        rewrite(opt_fn=drop_state("exp_avg")),
+        r"optimizer state that does not fit Adam: parameter 0 \(.*\) lacks 'exp_avg'",
+    ),
+    (
+        "Adam state without its step",
+        rewrite(opt_fn=drop_state("step")),
+        r"does not fit Adam: parameter 0 .* lacks 'step'",
+    ),
+    (
+        "no optimizer state at epoch 2",
+        rewrite(opt_fn=lambda o: o["state"].clear()),
+        r"has no optimizer state at epoch 2: Adam keeps exp_avg, exp_avg_sq, step",
+    ),
+    (
+        "an SGD state",
+        rewrite(optimizer="SGD"),
+        r"holds the state of a SGD optimizer; this job uses Adam",
+    ),
+    (
+        "another width (config)",
+        rewrite(config={"model": "gcn", "hidden": 8}),
+        r"is of another model: .*hidden 8 \(this job: 16\)",
+    ),
+    (
+        "another width (weights)",
+        other_width,
+        r"does not fit this model: weight '.*' is \[8\] in it, \[16\] here",
+    ),
+    ("a negative epoch", rewrite(epoch=-1), r"has epoch -1 in its meta: expected an integer"),
+    ("a fractional epoch", rewrite(epoch=2.5), r"has epoch 2\.5 in its meta"),
+]
+
+
+@pytest.mark.parametrize("name,corrupt,problem", CORPUS, ids=[c[0] for c in CORPUS])
+def test_a_corrupt_checkpoint_is_refused_naming_file_and_problem(
+    name, corrupt, problem, good, target, tmp_path
+):
+    bad = tmp_path / "bad.pt"
+    corrupt(good, bad)
+    before = target.weights_digest()
+    with pytest.raises(CheckpointError) as info:
+        target.load_checkpoint(bad)
+    msg = str(info.value)
+    assert msg.startswith(f"checkpoint {bad} ") and "\n" not in msg, msg
+    assert re.search(problem, msg), msg
+    assert target.epoch == 0 and target.weights_digest() == before  # nothing was taken
+
+
+def test_a_newer_format_is_refused(good, target, tmp_path):
+    raw, meta = good[1], {**good[2], "format": 99}
+    meta["digest"] = checkpoint.digest(raw["model"], raw["optimizer"], meta)
+    bad = tmp_path / "new.pt"
+    torch.save({**raw, "meta": json.dumps(meta)}, bad)
+    with pytest.raises(CheckpointError, match=f"checkpoint {bad} has format 99, newer"):
+        target.load_checkpoint(bad)
+
+
+def test_a_good_checkpoint_round_trips_and_is_plain_torch(good, ds, tmp_path):
+    path, raw, meta = good
+    assert set(raw) == {"model", "optimizer", "meta"}  # torch.load(weights_only=True) reads it
+    assert meta["format"] == checkpoint.FORMAT and meta["epoch"] == 2 and meta["ranks"] == 1
+    t = make(ds)
+    t.load_checkpoint(path)
+    assert t.epoch == 2 and len(t.history) == 2
+    assert [h["loss"] for h in t.fit(3)][:2] == [h["loss"] for h in meta["history"]]
+    old = tmp_path / "format0.pt"  # as mgg wrote them before meta had a format and digest
+    keep = ("epoch", "history", "config", "graph_config", "tuning")
+    torch.save({**raw, "meta": json.dumps({k: meta[k] for k in keep})}, old)
+    t = make(ds)
+    t.load_checkpoint(old)
+    assert t.epoch == 2
+
+
+def test_an_epoch_beyond_the_runs_epochs_is_refused(good, ds):
+    path = good[0]
+    t = make(ds)
+    t.load_checkpoint(path)
+    with pytest.raises(
+        CheckpointError,
+        match=f"checkpoint {path} is at epoch 2 but --epochs is 1: nothing to train; raise",
+    ):
+        t.fit(1)
+    with pytest.raises(CheckpointError, match="is at epoch 2 but --epochs is 0"):
+        make(ds).load_checkpoint(path, epochs=0)
+    t = make(ds)
+    t.load_checkpoint(path)
+    assert len(t.fit(2)) == 2 and t.epoch == 2  # == epochs: only evaluates
+
+
+def test_tuned_knobs_invalid_here_are_dropped_with_a_note(good, ds, tmp_path):
+    _, raw, meta = good
+    path = tmp_path / "tuned.pt"
+    tuned = {"ps": 8, "dist": 2, "threads": 999}
+    checkpoint.write(
+        path, raw["model"], raw["optimizer"], {**meta, "graph_config": tuned, "tuning": {"x": 1}}
+    )
+    notes = []
+    t = make(ds, log=notes.append)
+    threads = t.g.config["threads"]
+    t.load_checkpoint(path)
+    assert t.g.config == {"ps": 8, "dist": 2, "threads": threads}
+    assert len(notes) == 1 and "tuned threads=999 (at 1 rank(s)) not restored" in notes[0]
+    untuned = make(ds)  # knobs the run did not tune were its flags: not restored
+    untuned.load_checkpoint(good[0])
+    assert untuned.g.config["ps"] == 16
+
+
+# ---- the trainer's checkpoint arguments and atomic writes ------------------------------------
+def test_checkpoint_arguments_are_checked(ds, tmp_path):
+    for every in (-1, 1.5, True):
+        with pytest.raises(InputError, match="--checkpoint-every must be an integer >= 0"):
+            make(ds, checkpoint_dir=tmp_path, checkpoint_every=every)
+    with pytest.raises(InputError, match="--checkpoint-every 3 needs --checkpoint-dir"):
+        make(ds, checkpoint_every=3)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError, match=f"checkpoint folder {tmp_path / 'file'} is a file"):
+        make(ds, checkpoint_dir=tmp_path / "file")
+
+
+def test_a_failed_write_leaves_the_old_checkpoint_whole(good, ds, tmp_path, monkeypatch):
+    path = tmp_path / "c.pt"
+    shutil.copy(good[0], path)
+    t = make(ds)
+
+    def disk_full(obj, f):
+        with open(f, "wb") as out:
+            out.write(b"PK\x03\x04 half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(CheckpointError, match=f"checkpoint {path} cannot be written: No space"):
+        t.save_checkpoint(path)
+    assert os.listdir(tmp_path) == ["c.pt"] and path.read_bytes() == good[0].read_bytes()
+
+
+# ---- one job per checkpoint folder -----------------------------------------------------------
+def test_a_second_trainer_on_a_held_folder_is_refused(ds, tmp_path):
+    ck = tmp_path / "ck"
+    first = make(ds, checkpoint_dir=ck, checkpoint_every=1)
+    with pytest.raises(CheckpointError) as info:
+        make(ds, checkpoint_dir=ck)
+    msg = str(info.value)
+    assert f"checkpoint folder {ck} is in use by another job (pid {os.getpid()} on " in msg, msg
+    del first
+    gc.collect()
+    make(ds, checkpoint_dir=ck)  # released with its trainer
+
+
+def test_the_lock_dies_with_its_holder(tmp_path):
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            f"fd = os.open({str(ck / '.lock')!r}, os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "os.write(fd, b'pid %d on elsewhere' % os.getpid())\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(CheckpointError, match=f"in use by another job \\(pid {holder.pid} "):
+            checkpoint.lock(ck)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    checkpoint.lock(ck).release()  # the kernel dropped the dead holder's lock
+
+
+# ---- real jobs: resume at another rank count, a held folder ----------------------------------
+@pytest.mark.mpi
+def test_resume_at_another_rank_count_continues_the_same_curve(ds, tmp_path):
+    """Two epochs at P=1 (checkpointed), resumed at P=2 to epoch 4: epochs 3..4 are those of
+    an uninterrupted P=1 run up to float reduction order (P=1 and P=2 compute the same
+    numbers), although the P=1 run's tuned threads (2) are invalid at P=2 (1 per rank)."""
+    ck = tmp_path / "ck"
+    t = make(ds, checkpoint_dir=ck, checkpoint_every=2)
+    t.tuning = {"best": t.g.config}  # as if tuned: its threads are restored where valid
+    oracle = [h["loss"] for h in t.fit(4)]
+    del t
+    base = ["--dataset", SPEC, "--epochs", "4", "--eval-every", "0", "--json"]
+    r = mpirun(2, "mgg", "train", *base, "--resume", ck / "epoch00002.pt", "--checkpoint-dir", ck)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = last_json(r.stdout)
+    assert res["np"] == 2 and res["losses"][:2] == oracle[:2]
+    np.testing.assert_allclose(res["losses"][2:], oracle[2:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.mpi
+def test_a_job_on_a_held_folder_is_refused_on_every_rank(tmp_path):
+    ck = tmp_path / "ck"
+    held = checkpoint.lock(ck)
+    try:
+        args = f"--dataset {SPEC} --epochs 2 --checkpoint-every 1".split()
+        r = mpirun(2, "mgg", "train", *args, "--checkpoint-dir", ck, timeout=120)
+    finally:
+        held.release()
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert f"error: checkpoint folder {ck} is in use by another job (pid {os.getpid()}" in r.stderr
+    assert not list(ck.glob("*.pt"))

@@ -1,0 +1,280 @@
+"""How mggrun jobs fail: real mpiexec runs that are killed, interrupted or refused, and
+what they leave in /dev/shm (MPICH's intranode segment, /dev/shm/mpich_shm_*)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, mpirun
+
+pytestmark = pytest.mark.mpi
+
+SHM = Path("/dev/shm")
+needs_linux = pytest.mark.skipif(
+    not (SHM.is_dir() and Path("/proc/self/maps").exists()), reason="needs /dev/shm and /proc"
+)
+
+
+def _descendants(root: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            kids.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(pid))
+    out, todo = [], [root]
+    while todo:
+        for kid in kids.get(todo.pop(), []):
+            out.append(kid)
+            todo.append(kid)
+    return out
+
+
+def _ranks(root: int) -> dict[int, int]:
+    """{MGG_RANK: pid} of the ranks below the mggrun process ``root``."""
+    out = {}
+    for pid in _descendants(root):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        rank = [e for e in env if e.startswith(b"MGG_RANK=")]
+        if rank and b"--mgg-rank-shim" not in cmd:
+            out[int(rank[0][9:])] = pid
+    return out
+
+
+def _segments(pids) -> dict[str, bool]:
+    """{/dev/shm/mpich_shm_* path: still linked} of the segments these processes map."""
+    out = {}
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        except OSError:
+            continue
+        for ln in lines:
+            if "/dev/shm/mpich_shm_" in ln:
+                path = ln[ln.index("/dev/shm/") :]
+                out[path.removesuffix(" (deleted)")] = not path.endswith(" (deleted)")
+    return out
+
+
+_JOBS = []
+
+
+@pytest.fixture(autouse=True)
+def _end_jobs():
+    """A failed test must not leave its job running."""
+    yield
+    while _JOBS:
+        proc = _JOBS.pop().proc
+        if proc.poll() is None:
+            proc.kill()  # mpiexec, dying with mggrun, ends the ranks
+            proc.communicate()
+
+
+class Job:
+    """mggrun run in the background, watching which MPICH segments its ranks map."""
+
+    def __init__(self, np_, *args, env=None):
+        self.proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(np_), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, MGG_PROGRESS="0", **(env or {})),
+        )
+        self.seen: dict[str, bool] = {}
+        self.ranks: dict[int, int] = {}
+        _JOBS.append(self)
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self):
+        while self.proc.poll() is None:
+            self.ranks.update(_ranks(self.proc.pid))
+            for path, linked in _segments(self.ranks.values()).items():
+                self.seen[path] = self.seen.get(path, False) or linked
+            time.sleep(0.05)
+
+    def wait_for(self, cond, timeout=90):
+        end = time.monotonic() + timeout
+        while not cond():
+            assert self.proc.poll() is None, self.finish()[1][-3000:]
+            assert time.monotonic() < end, "timed out waiting for the job"
+            time.sleep(0.1)
+
+    def training(self, np_):
+        """All ranks are up and past get_comm (which unlinks their segment)."""
+        segs = _segments(self.ranks.values())
+        return len(self.ranks) == np_ and self.seen and not any(segs.values())
+
+    def finish(self, timeout=90):
+        out, err = self.proc.communicate(timeout=timeout)
+        time.sleep(0.1)  # let the watcher see the end
+        return out, err
+
+
+def _left_over(job: Job) -> list[str]:
+    assert job.seen, "the job's segment was never seen"
+    return [p for p in job.seen if os.path.exists(p)]
+
+
+@pytest.mark.parametrize("np_", ["0", "-2"])
+def test_mggrun_refuses_a_nonpositive_rank_count(np_):
+    r = mpirun(np_, "mgg", "info", timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"mggrun: -np takes a positive number of ranks, got {np_}"
+
+
+def test_mggrun_refuses_a_missing_command_in_one_line():
+    r = mpirun(2, "nosuchcmd-mgg", "--flag", timeout=60)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        "mggrun: nosuchcmd-mgg: command not found (nor an executable file)"
+    ]
+    assert "Traceback" not in r.stderr
+
+
+def test_mggrun_options_still_split_from_the_command(tmp_path):
+    from mgg.launch import _split, check_command
+
+    opts, cmd = _split(["-np", "2", "-f", "hosts", "-genv", "A", "1", "mgg", "info"])
+    assert (opts, cmd) == (["-np", "2", "-f", "hosts", "-genv", "A", "1"], ["mgg", "info"])
+    check_command(["python", "x.py"], [])
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    check_command(["./run.sh"], ["-wdir", str(tmp_path)])
+    with pytest.raises(SystemExit, match="command not found"):
+        check_command(["./run.sh"], [])
+
+
+@needs_linux
+def test_a_user_error_at_np4_ends_with_one_code_and_no_shm_left():
+    job = Job(4, "mgg", "train", "--dataset", "nosuch.npz")
+    out, err = job.finish()
+    assert job.proc.returncode == 2, err[-3000:]
+    assert "nosuch.npz" in err and "Traceback" not in err
+    assert _left_over(job) == []
+
+
+@needs_linux
+def test_ctrl_c_prints_one_line_and_exits_130():
+    job = Job(2, "mgg", "train", "--dataset", "planted:nodes=400,classes=3", "--epochs", 10**6)
+    job.wait_for(lambda: job.training(2))
+    job.proc.send_signal(signal.SIGINT)
+    out, err = job.finish(timeout=30)
+    assert job.proc.returncode == 130
+    assert err.strip().splitlines() == ["mgg train: interrupted"]
+    assert _left_over(job) == []
+
+
+@pytest.mark.slow
+@needs_linux
+def test_a_rank_killed_mid_training_ends_the_job_fast_and_leaves_no_shm():
+    job = Job(4, "mgg", "train", "--dataset", "planted:nodes=2000,classes=4", "--epochs", 10**6)
+    job.wait_for(lambda: job.training(4))
+    time.sleep(1.0)  # into the epochs
+    t0 = time.monotonic()
+    os.kill(job.ranks[2], signal.SIGKILL)
+    job.finish(timeout=60)
+    elapsed = time.monotonic() - t0
+    assert job.proc.returncode != 0
+    assert elapsed < 30, elapsed
+    assert _left_over(job) == []
+
+
+MPI4PY_JOB = """
+import os, sys, time
+from mpi4py import MPI  # plain mpi4py: MPICH keeps its segment linked until MPI_Finalize
+comm = MPI.COMM_WORLD
+comm.Barrier()
+go = sys.argv[1]
+if comm.rank == 1 and go == "die":
+    os.kill(os.getpid(), 9)
+while go != "die" and not os.path.exists(go):
+    time.sleep(0.05)
+comm.Barrier()
+"""
+
+
+@needs_linux
+def test_the_launcher_reaps_a_killed_jobs_segment_but_not_a_running_jobs(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(MPI4PY_JOB))
+    go = tmp_path / "go"
+    a = Job(2, "python", script, go)
+    a.wait_for(lambda: a.seen)
+    (seg_a,) = a.seen
+    b = Job(2, "python", script, "die")
+    b.finish()
+    assert b.proc.returncode != 0
+    assert _left_over(b) == []  # no rank of b lived to unlink it: mggrun did
+    assert os.path.exists(seg_a)  # a's is mapped by its live ranks: untouched
+    go.touch()
+    out, err = a.finish()
+    assert a.proc.returncode == 0, err[-3000:]
+    assert not os.path.exists(seg_a)
+
+
+@needs_linux
+def test_sigterm_to_mggrun_leaves_no_shm(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(MPI4PY_JOB))
+    job = Job(3, "python", script, tmp_path / "never")
+    job.wait_for(lambda: len(job.ranks) == 3 and job.seen)
+    job.proc.send_signal(signal.SIGTERM)
+    job.finish(timeout=30)
+    assert job.proc.returncode != 0
+    assert _left_over(job) == []
+
+
+def test_reap_shm_spares_held_and_young_files(tmp_path):
+    from mgg.launch import reap_shm
+
+    if not SHM.is_dir():
+        pytest.skip("no /dev/shm")
+    tag = f"mpich_shm_test{os.getpid():x}"
+    held, free = SHM / f"{tag}_0", SHM / f"{tag}_1"
+    held.write_bytes(b"x")
+    free.write_bytes(b"x")
+    try:
+        with open(held):
+            assert str(free) not in reap_shm(min_age=60)  # too young
+            removed = reap_shm(min_age=0)
+        assert str(free) in removed and not free.exists()
+        assert str(held) not in removed and held.exists()
+    finally:
+        for p in (held, free):
+            p.unlink(missing_ok=True)
+
+
+def test_ctrl_c_in_mgg_is_one_line_without_a_traceback(monkeypatch, capsys):
+    from mgg import cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_info", interrupted)
+    for var in ("MGG_LAUNCHER", "PMI_RANK", "MGG_SIZE", "PMI_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    handler = signal.getsignal(signal.SIGINT)
+    try:
+        assert cli.main(["info"]) == 130
+        assert capsys.readouterr().err == "mgg info: interrupted\n"
+        monkeypatch.setenv("MGG_LAUNCHER", "mggrun")  # then mggrun prints it, once
+        assert cli.main(["info"]) == 130
+        assert capsys.readouterr().err == ""
+    finally:
+        signal.signal(signal.SIGINT, handler)
