@@ -694,7 +694,7 @@ def cmd_train(args) -> int:
         log=say,
     )
     if args.resume:
-        trainer.load_checkpoint(args.resume)
+        trainer.load_checkpoint(args.resume, epochs=args.epochs)
         if say:
             say(f"resumed from {args.resume} at epoch {trainer.epoch}")
     trainer.fit(args.epochs)

@@ -200,11 +200,11 @@ import os, sys, time
 from mpi4py import MPI  # plain mpi4py: MPICH keeps its segment linked until MPI_Finalize
 comm = MPI.COMM_WORLD
 comm.Barrier()
-go = sys.argv[1]
-if comm.rank == 1 and go == "die":
-    os.kill(os.getpid(), 9)
-while go != "die" and not os.path.exists(go):
+go, die = sys.argv[1], sys.argv[2:] == ["die"]
+while not os.path.exists(go):
     time.sleep(0.05)
+if comm.rank == 1 and die:
+    os.kill(os.getpid(), 9)
 comm.Barrier()
 """
 
@@ -217,7 +217,10 @@ def test_the_launcher_reaps_a_killed_jobs_segment_but_not_a_running_jobs(tmp_pat
     a = Job(2, "python", script, go)
     a.wait_for(lambda: a.seen)
     (seg_a,) = a.seen
-    b = Job(2, "python", script, "die")
+    kill = tmp_path / "kill"
+    b = Job(2, "python", script, kill, "die")
+    b.wait_for(lambda: len(b.ranks) == 2 and b.seen)
+    kill.touch()
     b.finish()
     assert b.proc.returncode != 0
     assert _left_over(b) == []  # no rank of b lived to unlink it: mggrun did

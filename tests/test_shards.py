@@ -293,6 +293,29 @@ def test_distributed_errors_end_the_job_with_the_file_and_problem(tmp_path):
     np.savez(s, **z)
     r = mpirun(2, "mgg", "partition", s, "--distributed", timeout=120)
     assert r.returncode != 0 and "says the graph is undirected" in r.stderr
+    h = tmp_path / "header.txt"  # the id past the header lies in rank 1's slice
+    h.write_text("# Nodes: 3\n" + "0 1\n" * 300 + "1 5\n")
+    r = mpirun(2, "mgg", "partition", h, "--distributed", timeout=120)
+    assert r.returncode == 2 and "header.txt: node id 5 is >= 3" in r.stderr, r.stderr
+    assert r.stderr.count("error:") == 1, r.stderr
+
+
+def test_npz_slices_check_the_split_as_one_process_does(tmp_path):
+    from mgg.graph.formats.slices import read_node_rows
+
+    g = Graph.from_edges(np.arange(9), np.arange(1, 10), 10)
+    half = np.arange(10) < 5
+    p = tmp_path / "d.npz"
+    np.savez(p, indptr=g.indptr, indices=g.indices, y=np.arange(10) % 2, train_mask=half)
+    rows = read_node_rows(p, 3, 8)
+    np.testing.assert_array_equal(rows.masks[0], half[3:8])
+    assert not rows.masks[1].any() and not rows.masks[2].any()
+    assert rows.notes == "no val or test mask: its metric is null"
+    np.savez(p, indptr=g.indptr, indices=g.indices, y=np.arange(10) % 2, train_mask=half,
+             val_mask=np.arange(10) >= 4)  # fmt: skip
+    with pytest.raises(GraphError, match=r"d.npz: train_mask and val_mask share 1 nodes .*node 4"):
+        read_node_rows(p, 2, 9)
+    read_node_rows(p, 5, 9)  # the overlap is not in these rows: each rank checks its own
 
 
 @pytest.mark.parametrize("sparse_x", [False, True])

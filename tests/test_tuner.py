@@ -235,12 +235,12 @@ def test_mgg_tune_reports_search_and_exhaustive_best(tmp_path):
     assert res["start"] == {"ps": 1, "dist": 1, "threads": 1}
     assert res["measured"] == len(res["trace"]) and 2 <= res["measured"] < grid
     assert res["exhaustive_measured"] == grid  # the whole grid, measured on its own
-    # re-measured side by side, the search's pick is close to the grid's best and well
-    # ahead of the start
+    # re-measured side by side, the search's pick is close to the best of them all (at two
+    # ranks on two cores the start, one thread each, can be that best: a 0.4 ms
+    # aggregation, where noise decides "ahead of the start"; issue 18's ground)
     confirmed = res["confirmed_latency_s"]
     assert set(confirmed) == {"start", "default", "tuned", "exhaustive_best"}
-    assert confirmed["tuned"] <= 1.5 * confirmed["exhaustive_best"], confirmed
-    assert confirmed["tuned"] < confirmed["start"], confirmed
+    assert confirmed["tuned"] <= 1.5 * min(confirmed.values()), confirmed
     assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*-trace.json"))
 
 

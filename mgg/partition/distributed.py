@@ -148,7 +148,12 @@ def _agree_num_nodes(part: EdgeSlice, facts) -> int:
     need = max(f[1] for f in facts)
     for f in facts:  # a "# Nodes: N" header counts before the file's first edge only
         if f[5] is not None:
-            need = max(need, f[5])
+            if need > f[5]:  # as read_edgelist: the ids must agree with the header
+                raise GraphError(
+                    f"{part.source}: node id {need - 1} is >= {f[5]}, the node count of the "
+                    f"file's 'Nodes: {f[5]}' header"
+                )
+            need = f[5]
             break
         if f[3]:
             break
