@@ -1,10 +1,10 @@
 """How close is `mgg train`'s memory estimate to the peak RSS it then reaches?
 
-For planted-partition graphs of several sizes and P ranks, runs ``mggrun -np P mgg train
---json`` and compares each rank's peak RSS (VmHWM) with ``memory_estimate_mb``. Writes
-bench/results/memory_estimate.{json,md,png}.
+For planted-partition graphs of several sizes, P ranks and models, runs ``mggrun -np P
+mgg train --model M --json`` and compares each rank's peak RSS (VmHWM) with
+``memory_estimate_mb``. Writes bench/results/memory_estimate.{json,md,png}.
 
-    python bench/memory_estimate.py [--nodes 20000,100000,300000,600000,1000000] [--ranks 1,2]
+    python bench/memory_estimate.py [--nodes 20000,...] [--ranks 1,2] [--models gcn,gat,...]
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from common import write_results
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(n: int, p: int, epochs: int) -> dict:
+def run(n: int, p: int, epochs: int, model: str) -> dict:
     spec = f"planted:nodes={n},classes=8,degree=12,features=32"
     cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(p), "mgg", "train"]
-    cmd += ["--dataset", spec, "--epochs", str(epochs), "--json"]
+    cmd += ["--dataset", spec, "--model", model, "--epochs", str(epochs), "--json"]
     out = subprocess.run(
         cmd, capture_output=True, text=True, check=True, env=dict(os.environ, MGG_PROGRESS="0")
     )
@@ -32,6 +32,7 @@ def run(n: int, p: int, epochs: int) -> dict:
     peak = max(res["peak_rss_mb"])
     est = res["memory_estimate_mb"]
     return {
+        "model": model,
         "nodes": n,
         "edges": res["num_edges"],
         "np": p,
@@ -46,16 +47,19 @@ def main() -> None:
     ap.add_argument("--nodes", default="20000,100000,300000,600000,1000000")
     ap.add_argument("--ranks", default="1,2")
     ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--models", default="gcn,sage,gin,gat")
     args = ap.parse_args()
     rows = []
-    for n in map(int, args.nodes.split(",")):
-        for p in map(int, args.ranks.split(",")):
-            r = run(n, p, args.epochs)
-            rows.append(r)
-            print(json.dumps(r), flush=True)
-    heads = ["nodes", "edges", "P", "peak RSS, largest rank (MB)", "estimate (MB)", "ratio"]
+    for model in args.models.split(","):
+        for n in map(int, args.nodes.split(",")):
+            for p in map(int, args.ranks.split(",")):
+                r = run(n, p, args.epochs, model)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    heads = ["model", "nodes", "edges", "P", "peak RSS, largest rank (MB)", "estimate (MB)"]
+    heads.append("ratio")
     table = [
-        dict(zip(heads, (r["nodes"], r["edges"], r["np"], round(max(r["peak_rss_mb"])),
+        dict(zip(heads, (r["model"], r["nodes"], r["edges"], r["np"], round(max(r["peak_rss_mb"])),
                          round(r["memory_estimate_mb"]), round(r["ratio"], 2)), strict=True))
         for r in rows
     ]  # fmt: skip
@@ -67,15 +71,18 @@ def main() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, ax = plt.subplots(figsize=(5, 3.5))
-        for p in sorted({r["np"] for r in rows}):
-            rs = [r for r in rows if r["np"] == p]
-            ax.plot([r["nodes"] for r in rs], [max(r["peak_rss_mb"]) for r in rs], "o-",
-                    label=f"peak RSS, P={p}")  # fmt: skip
-            ax.plot([r["nodes"] for r in rs], [r["memory_estimate_mb"] for r in rs], "x--",
-                    label=f"estimate, P={p}")  # fmt: skip
-        ax.set(xlabel="nodes (12 edges per node)", ylabel="MB per rank", xscale="log")
-        ax.legend(fontsize=8)
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.5), squeeze=False)
+        for ax, model in zip(axes[0], models, strict=True):
+            for p in sorted({r["np"] for r in rows}):
+                rs = [r for r in rows if r["np"] == p and r["model"] == model]
+                ax.plot([r["nodes"] for r in rs], [max(r["peak_rss_mb"]) for r in rs], "o-",
+                        label=f"peak RSS, P={p}")  # fmt: skip
+                ax.plot([r["nodes"] for r in rs], [r["memory_estimate_mb"] for r in rs], "x--",
+                        label=f"estimate, P={p}")  # fmt: skip
+            ax.set(title=model.upper(), xlabel="nodes (12 edges per node)", xscale="log")
+            ax.set_ylabel("MB per rank")
+            ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(ROOT / "bench" / "results" / "memory_estimate.png", dpi=120)
     except ImportError:

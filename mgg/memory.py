@@ -170,6 +170,8 @@ def estimate(
     hidden: int = 16,
     layers: int = 2,
     heads: int = 1,
+    copies: int = ACTIVATION_COPIES,
+    edge_floats: int = 0,
     command: str = "train",
     sharded: bool = False,
     symmetric: bool = True,
@@ -181,7 +183,9 @@ def estimate(
     the peak (the baseline plus the largest phase: load, partition, run).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
-    when ``multilabel``), hidden/layers/heads: the model; ``dim``: check's width D;
+    when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
+    ``copies``: [rows, width] tensors it keeps per layer;
+    ``edge_floats``: floats it keeps per edge, head and layer (attention); ``dim``: check's width D;
     ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
     ``split``: the dataset has no masks, so make_split counts per class.
     """
@@ -209,8 +213,11 @@ def estimate(
     if command == "train":
         widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
         in_width = f if feature_nnz is None else 0
-        act = 4 * rows * (in_width + ACTIVATION_COPIES * sum(widths))
+        act = 4 * rows * (in_width + copies * sum(widths))
         part["activations"] = act
+        if edge_floats:  # attention: per edge and head, each layer (the last has one head)
+            act += 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries // p + rows)
+            part["attention"] = act - part["activations"]
         part["output layer"] = 4 * 4 * hidden * heads * max(c, 1)  # W, grad, Adam's 2 moments
         windows = 0
         if p > 1:  # two shm windows per width, and the peers' rows each rank reads
@@ -266,6 +273,9 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
     if model is not None:
         kw.setdefault("hidden", model.hidden)
         kw.setdefault("layers", model.layers)
+        kw.setdefault("heads", getattr(model, "heads", 1))
+        kw.setdefault("edge_floats", getattr(model, "edge_floats", 0))
+        kw.setdefault("copies", getattr(model, "copies", ACTIVATION_COPIES))
     graph = getattr(ds, "graph", None)
     if graph is None:  # sharded: the manifest's facts
         n, e, sym = ds.num_nodes, ds.num_edges, bool(ds.symmetric)

@@ -7,31 +7,31 @@ from mgg.cli import main
 
 from conftest import mpirun
 
-SIZES = (20_000, 80_000, 200_000)
+RUNS = (("gcn", 20_000), ("gcn", 80_000), ("gcn", 200_000), ("gat", 60_000))
 
 JOB = """
 import sys
 from mgg.cli import main
 
-for n in %r:  # one job, three sizes: VmHWM reset before each (Linux >= 4.0)
+for model, n in %r:  # one job, several runs: VmHWM reset before each (Linux >= 4.0)
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     spec = f"planted:nodes={n},classes=8,degree=12,features=32"
-    assert main(["train", "--dataset", spec, "--epochs", "2", "--json"]) == 0
+    assert main(["train", "--dataset", spec, "--model", model, "--epochs", "2", "--json"]) == 0
     sys.stdout.flush()
 """
 
 
-def test_estimate_within_30_percent_on_three_sizes():
-    out = mpirun(2, "python", "-c", JOB % (SIZES,))
+def test_estimate_within_30_percent_on_three_sizes_and_attention():
+    out = mpirun(2, "python", "-c", JOB % (RUNS,))
     assert out.returncode == 0, out.stderr[-2000:]
     runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
-    assert [r["num_nodes"] for r in runs] == list(SIZES)
+    assert [(r["model"], r["num_nodes"]) for r in runs] == list(RUNS)
     for r in runs:
         est = r["memory_estimate_mb"]
         for peak in r["peak_rss_mb"]:
             assert 0.7 * peak <= est <= 1.3 * peak, (r["num_nodes"], est, r["peak_rss_mb"])
-    assert runs[-1]["memory_estimate_mb"] > runs[0]["memory_estimate_mb"] + 100
+    assert runs[2]["memory_estimate_mb"] > runs[0]["memory_estimate_mb"] + 100
 
 
 def test_refused_before_allocating(monkeypatch, capsys):
