@@ -152,7 +152,7 @@ def process_floor_mb() -> float:
     code = (
         "import torch, numba, scipy.sparse; from mpi4py import MPI; "
         "import mgg.cli, mgg.train, mgg.partition.shards; "
-        "print(mgg.cli._peak_rss_mb())"
+        "print(mgg.memory.peak_rss_mb())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(out.stdout.split()[-1])

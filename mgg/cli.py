@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from .memory import peak_rss_mb
+
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
 GRAPH = (
     "a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or a generator spec: "
@@ -336,21 +338,6 @@ def _graph_kind(model: str | None, default: str) -> str:
     return graph_kind(model)
 
 
-def _peak_rss_mb() -> float:
-    """This process's peak resident memory in MB: VmHWM (ru_maxrss would also count what
-    the parent held when it forked this process)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def _quiet(args) -> bool:
     """--json to a pipe: only the JSON line."""
     return args.json and not sys.stdout.isatty()
@@ -421,7 +408,7 @@ def cmd_partition(args) -> int:
         rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
         write_sharded(args.out, plans, rows, kind, _source(args), force=args.force)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
-    st["peak_rss_mb"] = [_peak_rss_mb()]
+    st["peak_rss_mb"] = [peak_rss_mb()]
     st["memory_estimate_mb"] = mem
     _report_partition(args, st, stats)
     return 0
@@ -492,7 +479,7 @@ def _partition_distributed(args, kind: str) -> int:
             comm.barrier()
             st.update(out=args.out, write_seconds=time.perf_counter() - t0)
             bar.update()
-    st["peak_rss_mb"] = comm.allgather(_peak_rss_mb())
+    st["peak_rss_mb"] = comm.allgather(peak_rss_mb())
     if comm.rank == 0:
         _report_partition(args, st, stats)
     return 0
@@ -710,7 +697,7 @@ def cmd_train(args) -> int:
         "setup_s": setup_s,
         **summary,
         "notes": data.notes,
-        "peak_rss_mb": comm.allgather(_peak_rss_mb()),
+        "peak_rss_mb": comm.allgather(peak_rss_mb()),
         "memory_estimate_mb": mem,
     }
     if say:

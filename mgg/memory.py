@@ -26,6 +26,7 @@ __all__ = [
     "estimate",
     "format_bytes",
     "parse_size",
+    "peak_rss_mb",
     "require",
 ]
 
@@ -59,15 +60,27 @@ def format_bytes(n: float) -> str:
     raise AssertionError
 
 
-def _meminfo_available() -> int | None:
+def _proc_bytes(path: str, key: str) -> int | None:
+    """A ``Key:  N kB`` line of a /proc file, in bytes (None where there is none)."""
     try:
-        with open("/proc/meminfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory in MB: VmHWM (ru_maxrss would also count what
+    the parent held when it forked this process)."""
+    peak = _proc_bytes("/proc/self/status", "VmHWM")
+    if peak is None:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak / 2**20
 
 
 def _read_int(path: str) -> int | None:
@@ -107,7 +120,7 @@ def available() -> tuple[int, str]:
     text = os.environ.get(LIMIT_ENV, "").strip()
     if text:
         return parse_size(text), f"{LIMIT_ENV}={text}"
-    free, how = _meminfo_available(), "MemAvailable"
+    free, how = _proc_bytes("/proc/meminfo", "MemAvailable"), "MemAvailable"
     cg = _cgroup_free()
     if cg is not None and (free is None or cg < free):
         free, how = cg, "the cgroup's limit minus usage"
@@ -238,7 +251,7 @@ def check_estimate(parts: dict[str, int], source, what: str = "this job") -> int
     """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) will not fit
     beside what this process already holds; returns the estimate in MB."""
     have, how = available()
-    held = _rss_bytes()
+    held = _proc_bytes("/proc/self/status", "VmRSS") or 0
     need = parts["total"] - held
     if need > have:
         big = sorted(
@@ -251,17 +264,6 @@ def check_estimate(parts: dict[str, int], source, what: str = "this job") -> int
             f"{format_bytes(have)} available ({how}); {HINT}"
         )
     return round(parts["total"] / 2**20, 1)
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
 
 
 def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:

@@ -14,12 +14,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from .core import Graph, GraphError
-from .dataset import Dataset
+from .dataset import MASKS, Dataset
 from .formats._common import find_asymmetry
 
 __all__ = ["from_arrays", "from_edge_index", "from_pyg", "from_scipy"]
-
-_MASKS = ("train_mask", "val_mask", "test_mask")
 
 
 def from_arrays(
@@ -158,7 +156,7 @@ def from_pyg(data, *, name: str = "pyg", undirected: bool = False) -> Dataset:
                 stacklevel=2,
             )
     n = _explicit_num_nodes(data)
-    masks = tuple(getattr(data, k, None) for k in _MASKS)
+    masks = tuple(getattr(data, k, None) for k in MASKS)
     ds = from_edge_index(
         data.edge_index,
         n,
@@ -233,7 +231,7 @@ def _build(name, src, dst, num_nodes, names, *, x, y, masks, weights, undirected
             raise GraphError("weights must be finite numbers")
     x = _features(x, n)
     y, unlabeled = _labels(y, n)
-    masks = [_mask(m, k, n) for m, k in zip(masks, _MASKS, strict=True)]
+    masks = [_mask(m, k, n) for m, k in zip(masks, MASKS, strict=True)]
     if unlabeled is not None:
         masks = [None if m is None else m & ~unlabeled for m in masks]
     g = Graph.from_edges(src, dst, n, weights)
