@@ -11,24 +11,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-from common import write_results
+from common import mgg_json, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(n: int, p: int, epochs: int, model: str) -> dict:
     spec = f"planted:nodes={n},classes=8,degree=12,features=32"
-    cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(p), "mgg", "train"]
-    cmd += ["--dataset", spec, "--model", model, "--epochs", str(epochs), "--json"]
-    out = subprocess.run(
-        cmd, capture_output=True, text=True, check=True, env=dict(os.environ, MGG_PROGRESS="0")
-    )
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = mgg_json(p, "train", "--dataset", spec, "--model", model, "--epochs", epochs)
     peak = max(res["peak_rss_mb"])
     est = res["memory_estimate_mb"]
     return {

@@ -50,12 +50,14 @@ def _rank(comm) -> int:
     return 0 if comm is None else comm.rank
 
 
-def _agree(comm, error: str | None) -> None:
-    """Raise rank 0's error (a message or None) on every rank."""
+def _agree(comm, error: str | None, value=None):
+    """Collective: rank 0's ``value`` on every rank, or its error (a message) raised on
+    every rank."""
     if comm is not None and comm.size > 1:
-        error = comm.bcast(error, root=0)
+        value, error = comm.bcast((value, error), root=0)
     if error:
         raise CheckpointError(error)
+    return value
 
 
 # ---- write -------------------------------------------------------------------------------
@@ -352,10 +354,7 @@ def load(path, model, optimizer, comm=None, epochs: int | None = None) -> dict:
             error = str(e)
         except Exception as e:  # noqa: BLE001 - the peers must hear of it, not hang
             error = f"checkpoint {path} cannot be read: {type(e).__name__}: {e}"
-    if comm is not None and comm.size > 1:
-        ckpt, error = comm.bcast((ckpt, error), root=0)
-    if error:
-        raise CheckpointError(error)
+    ckpt = _agree(comm, error, ckpt)
     check_fit(path, ckpt, model, optimizer)
     if epochs is not None:
         check_epochs(path, ckpt["meta"]["epoch"], epochs)

@@ -43,9 +43,6 @@ MODEL = (
 )
 
 
-ERROR_GRACE_SECONDS = 1.5  # more than mgg.comm.mpi's ABORT_GRACE_SECONDS
-
-
 def main(argv=None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -76,7 +73,9 @@ def main(argv=None) -> int:
     finally:
         sys.unraisablehook = previous_hook
     if job_rank() > 0:  # every rank usually hits the same error: let rank 0's abort end
-        time.sleep(ERROR_GRACE_SECONDS)  # this one before it repeats it
+        from .comm.mpi import ABORT_GRACE_SECONDS  # this one before it repeats it
+
+        time.sleep(ABORT_GRACE_SECONDS + 0.5)
     print(f"mgg {args.command}: error: {msg}", file=sys.stderr)
     sys.stderr.flush()
     abort_job(2)

@@ -115,9 +115,6 @@ def prepare(
             x = sp.csr_matrix(x, dtype=np.float32)
         else:
             x = np.ascontiguousarray(x, np.float32)
-        values = x.data if sp.issparse(x) else x
-        if not np.isfinite(values).all():
-            raise ValueError(f"dataset {rows.name!r}: the features hold NaN or inf")
         if (
             not sp.issparse(x)
             and x.shape[1] >= 256
