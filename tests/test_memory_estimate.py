@@ -1,5 +1,9 @@
 """`mgg train`'s memory estimate against the peak RSS (VmHWM) each rank then reaches: the
-reliability issue's acceptance is within 30% (bench/memory_estimate.py: a wider range)."""
+reliability issue's acceptance is within 30% (bench/memory_estimate.py: a wider range).
+
+The estimate models a warm numba cache. On a cold one the first run of each model also holds
+LLVM's compile memory (100-300 MB measured, and kept by the allocator afterwards), so a
+separate job compiles and caches the kernels first."""
 
 import json
 
@@ -23,6 +27,8 @@ for model, n in %r:  # one job, several runs: VmHWM reset before each (Linux >= 
 
 
 def test_estimate_within_30_percent_on_three_sizes_and_attention():
+    warm = mpirun(2, "python", "-c", JOB % ((("gcn", 2000), ("gat", 2000)),))
+    assert warm.returncode == 0, warm.stderr[-2000:]
     out = mpirun(2, "python", "-c", JOB % (RUNS,))
     assert out.returncode == 0, out.stderr[-2000:]
     runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
