@@ -36,7 +36,7 @@ SHARDED = "; or a sharded dataset folder written by mgg partition --out"
 CONVERT_IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
 CONVERT_OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
 BALANCE = "balance edges (Algorithm 1) or node counts"
-START = "start at (1, 1, 1) as the paper, or at the model's best guess"
+START = "start at the model's guess (its ranking orders the moves), or at (1, 1, 1) as the paper"
 MODEL = (
     "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
     "mgg.torch.MODELS"
@@ -171,11 +171,29 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--dim", type=_integer(1), default=16, help="feature width D")
     s.add_argument("--op", default="gcn", help="sum|mean|gcn|gin")
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--start", choices=["origin", "model"], default="origin", help=START)
-    s.add_argument("--budget", type=_integer(1), default=None, help="most configurations measured")
-    s.add_argument("--repeat", type=_integer(1), default=3, help="timed runs per configuration")
-    s.add_argument("--exhaustive", action="store_true", help="also measure the whole grid")
-    s.add_argument("--confirm", type=_integer(0), default=3, help="rounds re-measuring the winners")
+    s.add_argument("--start", choices=["model", "origin"], default="model", help=START)
+    s.add_argument(
+        "--budget", type=_integer(1), default=15, help="most configurations measured (15)"
+    )
+    s.add_argument(
+        "--repeat", type=_integer(1), default=3, help="fewest timed runs per configuration (3)"
+    )
+    s.add_argument(
+        "--max-repeat", type=_integer(1), default=12, help="most timed runs per configuration (12)"
+    )
+    s.add_argument(
+        "--precision",
+        type=_number(0),
+        default=0.03,
+        help="wanted relative error of a configuration's median (0.03)",
+    )
+    s.add_argument(
+        "--exhaustive", action="store_true", help="also measure the whole grid, on its own"
+    )
+    s.add_argument(
+        "--grid-rounds", type=_integer(1), default=5, help="rounds over the grid (--exhaustive)"
+    )
+    s.add_argument("--confirm", type=_integer(0), default=5, help="rounds re-measuring the winners")
     s.add_argument("--out", default="mgg-tune", help="folder for the trace JSON and heatmaps")
     s.add_argument("--json", action="store_true")
     s.set_defaults(func=cmd_tune)
@@ -562,10 +580,16 @@ def cmd_check(args) -> int:
 # ---- tune --------------------------------------------------------------------------------
 def cmd_tune(args) -> int:
     from .backend import get_backend
+    from .errors import InputError
+    from .tuner.search import Protocol
     from .tuner.tune import tune, write_report
 
     backend = get_backend(args.backend)
     comm = backend.comm()  # first: from here on a failing rank aborts the job
+    if args.repeat > args.max_repeat:
+        raise InputError(f"--repeat {args.repeat} is more than --max-repeat {args.max_repeat}")
+    if args.precision >= 1:
+        raise InputError(f"--precision is a relative error below 1, got {args.precision}")
     res = tune(
         _load(args),
         backend,
@@ -573,9 +597,14 @@ def cmd_tune(args) -> int:
         dim=args.dim,
         op=args.op,
         start=args.start,
-        budget=args.budget,
-        repeat=args.repeat,
+        protocol=Protocol(
+            rel_error=args.precision,
+            min_samples=args.repeat,
+            max_samples=args.max_repeat,
+            max_configs=args.budget,
+        ),
         full_grid=args.exhaustive,
+        grid_rounds=args.grid_rounds,
         confirm=args.confirm,
         seed=args.seed,
     )
@@ -586,19 +615,26 @@ def cmd_tune(args) -> int:
     res["heatmaps"] = str(png)
     if not _quiet(args):
         trace = [
-            [i, t["phase"], *t["config"].values(), f"{t['latency'] * 1e3:.3f}"]
+            [i, t["phase"], *t["config"].values(), f"{t['latency'] * 1e3:.3f}", t["samples"]]
+            + [f"{t['spread']:.1%}"]
             for i, t in enumerate(res["trace"], 1)
         ]
-        print(format_table(trace, ["#", "phase", *res["space"], "ms (median)"]))
+        heads = ["#", "phase", *res["space"], "ms (median)", "samples", "spread"]
+        print(format_table(trace, heads))
+        ms = {k: f"{v * 1e3:.3f} ms" for k, v in res["confirmed_latency_s"].items()}
         grid = ""
         if args.exhaustive:
-            ms = res["exhaustive_best_latency_s"] * 1e3
-            grid = f"; exhaustive best {res['exhaustive_best']} {ms:.3f} ms"
+            grid = (
+                f"; exhaustive best {res['exhaustive_best']} {ms['exhaustive_best']}: "
+                f"tuned at {res['vs_exhaustive']:.3f}x, the model's guess alone at "
+                f"{res['model_guess_vs_exhaustive']:.3f}x"
+            )
+        tuned = ms.get("tuned", f"{res['best_latency_s'] * 1e3:.3f} ms")
         print(
-            f"best {res['best']}: {res['best_latency_s'] * 1e3:.3f} ms after {res['measured']} "
-            f"measured configs; start {res['start_latency_s'] * 1e3:.3f} ms, default "
-            f"{res['default']} {res['default_latency_s'] * 1e3:.3f} ms{grid}\n"
-            f"trace and heatmaps in {args.out}/"
+            f"best {res['best']}: {tuned} after {res['measured']} configs ({res['samples']} "
+            f"samples, noise {res['noise']:.1%}, confidence {res['confidence']:.0%}); "
+            f"start {ms.get('start', '-')}, default {res['default']} {ms.get('default', '-')}"
+            f"{grid}\ntrace and heatmaps in {args.out}/"
         )
     if args.json:
         print(json.dumps(res))

@@ -189,12 +189,13 @@ class DistGraph:
                     f"{knob} is not a knob of the {self.design} design of the "
                     f"{self.backend.name} backend"
                 )
-        if ps is None and dist is None and wpb is None:
-            return
+        knobs = {**self.knobs, **knobs_for(self.design_cls, {"dist": dist, "wpb": wpb})}
+        if (ps is None or ps == self.plan.ps) and knobs == self.knobs:
+            return  # the designs already open are this configuration's
         self.free()
         if ps is not None:
             self.plan = self.plan.with_ps(int(ps))
-        self.knobs = {**self.knobs, **knobs_for(self.design_cls, {"dist": dist, "wpb": wpb})}
+        self.knobs = knobs
 
     def _design(self, transpose: bool, dim: int):
         """The next of the two designs for this direction and width (collective setup)."""

@@ -173,7 +173,7 @@ class Trainer:
         config: dict | None = None,
         tune_space: dict | None = None,
         tune_start: dict | None = None,
-        tune_budget: int = 12,
+        tune_budget: int = 40,
         check_sync: bool = False,
         checkpoint_dir=None,
         checkpoint_every: int = 0,
@@ -395,12 +395,14 @@ class Trainer:
 
     # ---- tuning ----------------------------------------------------------------------
     def _search(self, epochs: int) -> None:
-        """MGG's cross-iteration search, each measurement a real training step (the
-        slowest rank's time, as every measurement in mgg.designs.check)."""
+        """The tuner's search (mgg.tuner.search), each sample a real training step (the
+        slowest rank's time, as every measurement in mgg.designs.check), within
+        ``tune_budget`` epochs; from the model's guess unless ``tune_start`` is given."""
         from .designs.check import slowest
-        from .tuner import default_space, search
+        from .tuner import Protocol, Workload, default_space, model_table, rank_configs, search
 
-        space = self.tune_space or default_space(self.g.backend.device())
+        dev = self.g.backend.device()
+        space = self.tune_space or default_space(dev)
 
         def measure(cfg):
             self.g.configure(**cfg)
@@ -413,18 +415,31 @@ class Trainer:
             )
             return secs
 
+        width = getattr(self.model, "config", {}).get("hidden", 16)
+        work = Workload.of(self.g.plan, width)
+        ranked = rank_configs(space, work, dev, "p2p" if self.g.backend.gpu else "get")
+        # epochs are dear: fewer samples each (three: the run's first epoch is slow)
+        protocol = Protocol(
+            min_samples=3,
+            max_samples=5,
+            max_configs=10,
+            final_rounds=1,
+            budget=min(self.tune_budget, epochs - self.epoch),
+        )
         res = search(
             space,
             measure,
             start=self.tune_start,
-            max_measurements=min(self.tune_budget, epochs - self.epoch),
+            model=model_table(ranked),
+            protocol=protocol,
         )
         self.g.configure(**res.best)
         self.tuning = res.to_json()
         if self.log:
             self.log(
-                f"tuned {res.best} in {res.measured} measured steps: "
-                f"{res.best_latency * 1e3:.1f} ms (start {res.start_latency * 1e3:.1f} ms)"
+                f"tuned {res.best} in {res.samples} steps over {res.measured} configurations: "
+                f"{res.best_latency * 1e3:.1f} ms (start {res.start_latency * 1e3:.1f} ms, "
+                f"noise {res.noise:.1%}, confidence {res.confidence:.0%})"
             )
 
     # ---- checkpoints -----------------------------------------------------------------

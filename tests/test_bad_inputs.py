@@ -184,6 +184,20 @@ CASES = [
     ("tune-confirm", ["tune", P, "--confirm", "-1"], 2, r"--confirm: must be >= 0, got -1"),
     ("tune-op", ["tune", P, "--op", "foo"], 2, r"unknown aggregation op 'foo'"),
     ("tune-start", ["tune", P, "--start", "foo"], 2, r"--start: invalid choice"),
+    (
+        "tune-precision-0",
+        ["tune", P, "--precision", "0"],
+        2,
+        r"--precision: must be a finite number > 0, got 0",
+    ),
+    ("tune-precision-1", ["tune", P, "--precision", "1"], 2, r"--precision is a relative error"),
+    (
+        "tune-repeat-over-max",
+        ["tune", P, "--repeat", "5", "--max-repeat", "3"],
+        2,
+        r"--repeat 5 is more than --max-repeat 3",
+    ),
+    ("tune-grid-rounds", ["tune", P, "--grid-rounds", "0"], 2, r"--grid-rounds: must be >= 1"),
     # ---- partition ----------------------------------------------------------------------
     ("part-np-0", ["partition", P, "--np", "0"], 2, r"--np: must be >= 1, got 0"),
     ("part-np-missing", ["partition", P], 2, r"--np P is required"),

@@ -1,9 +1,11 @@
+import itertools
 import math
 
 import numpy as np
 import pytest
 
 from mgg.tuner import (
+    Protocol,
     Workload,
     default_space,
     estimate,
@@ -14,8 +16,10 @@ from mgg.tuner import (
     search,
     smem_bytes,
 )
+from mgg.tuner.search import median_interval
 
 SPACE = {"ps": [1, 2, 4, 8, 16, 32], "dist": [1, 2, 4, 8, 16], "wpb": [1, 2, 4, 8, 16]}
+CPU_SPACE = {"ps": [1, 2, 4, 8, 16, 32, 64, 128], "dist": [1, 2, 4, 8, 16], "threads": [1]}
 
 
 def bowl(opt=(16, 4, 4), scale=(1.0, 0.6, 0.8)):
@@ -30,11 +34,6 @@ def bowl(opt=(16, 4, 4), scale=(1.0, 0.6, 0.8)):
     return f
 
 
-def noisy(f, level=0.03, seed=0):
-    rng = np.random.default_rng(seed)
-    return lambda c: f(c) * (1 + level * rng.standard_normal())
-
-
 def plateau(f, floor=1.2):
     """Flat wherever the bowl is within 20% of its minimum."""
     return lambda c: max(f(c), floor)
@@ -43,6 +42,15 @@ def plateau(f, floor=1.2):
 def infeasible(f, limit=64):
     """ps * wpb over a limit does not fit (like shared memory per block)."""
     return lambda c: math.inf if c["ps"] * c["wpb"] > limit else f(c)
+
+
+# the shape measured on this machine (bench/results/tuner.md): ps matters up to 16-64,
+# dist hardly
+_CPU_PS = {1: 2.5, 2: 1.9, 4: 1.16, 8: 1.09, 16: 1.05, 32: 1.02, 64: 1.0, 128: 1.01}
+
+
+def cpu_like(c):
+    return _CPU_PS[c["ps"]] * (1 + 0.01 * abs(math.log2(c["dist"]) - 2))
 
 
 def counted(f):
@@ -57,42 +65,73 @@ def counted(f):
 
 
 LANDSCAPES = {
-    "convex": bowl(),
-    "convex, far corner": bowl(opt=(32, 16, 16)),
-    "convex, near origin": bowl(opt=(2, 1, 2)),
-    "noisy": noisy(bowl()),
-    "plateau": plateau(bowl()),
-    "infeasible region": infeasible(bowl(opt=(16, 4, 8))),
-    "ridge in ps": lambda c: bowl()(c) + (0.5 if c["ps"] == 8 else 0.0),
+    "convex": (SPACE, bowl()),
+    "convex, far corner": (SPACE, bowl(opt=(32, 16, 16))),
+    "convex, near origin": (SPACE, bowl(opt=(2, 1, 2))),
+    "plateau": (SPACE, plateau(bowl())),
+    "infeasible region": (SPACE, infeasible(bowl(opt=(16, 4, 8)))),
+    "ridge in ps": (SPACE, lambda c: bowl()(c) + (0.5 if c["ps"] == 8 else 0.0)),
+    "cpu-like": (CPU_SPACE, cpu_like),
+    "shallow": (SPACE, bowl(scale=(0.05, 0.03, 0.04))),  # neighbours 3-5% apart
 }
+
+
+def noisy(f, level, seed, kind):
+    """Samples of ``f`` with noise of relative size ``level``: 'lognormal' (symmetric in
+    log) or 'spiky' (one-sided, as a busy machine: 30% of the samples slowed by
+    |N(0, level)|, the rest by |N(0, level / 5)|)."""
+    rng = np.random.default_rng(seed)
+
+    def g(c):
+        v = f(c)
+        if kind == "lognormal":
+            return v * math.exp(level * rng.standard_normal())
+        spike = rng.random() < 0.3
+        return v * (1 + abs(rng.standard_normal()) * (level if spike else level / 5))
+
+    return g
+
+
+def shifted_model(space, f, shift):
+    """A model that is wrong by ``shift`` steps on every knob: it predicts a config's
+    latency as the truth's at the shifted point (feasibility it knows, like the
+    occupancy model's shared-memory and thread limits)."""
+    knobs, out = list(space), {}
+    for vals in itertools.product(*space.values()):
+        c = dict(zip(knobs, vals, strict=True))
+        moved = {
+            k: space[k][min(len(space[k]) - 1, max(0, space[k].index(c[k]) + shift))] for k in knobs
+        }
+        out[vals] = math.inf if math.isinf(f(c)) else min(f(moved), 100.0)
+    return out
 
 
 @pytest.mark.parametrize("name", list(LANDSCAPES))
 def test_search_finds_the_optimum_within_5_percent(name):
-    f = LANDSCAPES[name]
-    truth = exhaustive(SPACE, f)
-    assert truth.measured == 6 * 5 * 5
+    space, f = LANDSCAPES[name]
+    truth = exhaustive(space, f)
+    assert truth.measured == math.prod(len(v) for v in space.values())
     g = counted(f)
-    res = search(SPACE, g)
-    assert res.best_latency <= 1.05 * truth.best_latency, (res.best, truth.best)
-    assert res.measured == len(g.calls) == len({tuple(c.values()) for c in g.calls})
-    assert res.measured <= 30, res.measured  # vs 150 for the exhaustive search
-    assert res.start == {"ps": 1, "dist": 1, "wpb": 1}
+    res = search(space, g)
+    assert f(res.best) <= 1.05 * truth.best_latency, (res.best, truth.best)
+    assert res.measured == len({tuple(c.values()) for c in g.calls}) <= 15
+    assert res.samples == len(g.calls)
+    assert res.start == {k: v[0] for k, v in space.items()}  # the paper's (1, 1, 1)
+    assert res.confidence == 1.0 and res.noise == 0.0
 
 
-def test_the_walk_follows_the_paper():
+def test_the_walk_goes_knob_by_knob_from_the_origin():
     res = search(SPACE, bowl())
     phases = [t["phase"] for t in res.trace]
     assert phases[0] == "start"
-    first_grow = [t["config"] for t in res.trace if t["phase"] == "grow ps"]
-    assert [c["ps"] for c in first_grow] == [2, 4, 8, 16, 32]  # stops after 32 is worse
-    assert phases.index("grow ps") < phases.index("grow dist") < phases.index("grow wpb")
-    assert "retry ps" in phases
+    first = [t["config"]["ps"] for t in res.trace if t["phase"] == "move ps"][:5]
+    assert first == [2, 4, 8, 16, 32]  # stops after 32 is worse
+    assert phases.index("move ps") < phases.index("move dist") < phases.index("move wpb")
     assert res.best == {"ps": 16, "dist": 4, "wpb": 4}
     assert res.start_latency > res.best_latency
 
 
-def test_starting_from_the_model_guess_needs_fewer_measurements():
+def test_starting_near_the_optimum_needs_fewer_measurements():
     f = bowl()
     from_origin = search(SPACE, f)
     from_near = search(SPACE, f, start={"ps": 8, "dist": 4, "wpb": 4})
@@ -100,15 +139,109 @@ def test_starting_from_the_model_guess_needs_fewer_measurements():
     assert from_near.measured < from_origin.measured
 
 
+def test_the_model_picks_the_start_and_orders_the_moves():
+    f = bowl()
+    model = shifted_model(SPACE, f, 1)
+    guess = min(model, key=model.get)
+    g = counted(f)
+    res = search(SPACE, g, model=model)
+    assert tuple(res.start.values()) == guess == (8, 2, 2)  # one step below (16, 4, 4)
+    assert res.best == {"ps": 16, "dist": 4, "wpb": 4}
+    # the first move is the neighbour the model ranks first
+    moves = [m for m in g.calls if m != res.start]
+    neighbours = [(16, 2, 2), (4, 2, 2), (8, 4, 2), (8, 1, 2), (8, 2, 4), (8, 2, 1)]
+    assert tuple(moves[0].values()) == min(neighbours, key=model.get)
+    # a model that rules a config out keeps the walk off it
+    banned = {**model, (16, 4, 4): math.inf}
+    res = search(SPACE, counted(f), model=banned)
+    assert res.best != {"ps": 16, "dist": 4, "wpb": 4}
+    assert all(tuple(t["config"].values()) != (16, 4, 4) for t in res.trace)
+
+
 @pytest.mark.parametrize(
     "name", ["convex", "convex, near origin", "plateau", "infeasible region", "ridge in ps"]
 )
 def test_search_from_a_corner_walks_down_too(name):
-    f = LANDSCAPES[name]
-    truth = exhaustive(SPACE, f)
-    res = search(SPACE, f, start={"ps": 32, "dist": 16, "wpb": 16})
-    assert res.best_latency <= 1.05 * truth.best_latency, (res.best, truth.best)
-    assert res.measured < 30
+    space, f = LANDSCAPES[name]
+    truth = exhaustive(space, f)
+    res = search(space, f, start={"ps": 32, "dist": 16, "wpb": 16})
+    assert f(res.best) <= 1.05 * truth.best_latency, (res.best, truth.best)
+    assert res.measured <= 15
+
+
+NOISE_CASES = [
+    (name, level, kind)
+    for name in LANDSCAPES
+    for level in (0.05, 0.10, 0.20)
+    for kind in ("lognormal", "spiky")
+    # 3-5% apart under 20% symmetric noise: telling them apart takes ~200 samples each
+    if not (name == "shallow" and level == 0.20 and kind == "lognormal")
+]
+
+
+@pytest.mark.parametrize("name,level,kind", NOISE_CASES)
+def test_under_noise_the_pick_is_near_best_in_9_of_10_runs(name, level, kind):
+    """The issue's criteria on synthetic landscapes: within 5% of the true best in >= 9
+    of 10 runs, never worse than 1.15x, <= 15 configurations; starting from a model
+    that is one step off on every knob (up in odd runs, down in even ones)."""
+    space, f = LANDSCAPES[name]
+    truth = exhaustive(space, f).best_latency
+    ratios = []
+    for seed in range(10):
+        model = shifted_model(space, f, 1 if seed % 2 else -1)
+        res = search(space, noisy(f, level, seed, kind), model=model)
+        assert res.measured <= 15
+        assert all(
+            t["samples"] <= Protocol().max_samples + 2 * Protocol().max_samples for t in res.trace
+        )
+        ratios.append(f(res.best) / truth)
+    assert sum(r <= 1.05 for r in ratios) >= 9, ratios
+    assert max(ratios) <= 1.15, ratios
+
+
+def test_the_search_is_deterministic_under_a_seed():
+    space, f = LANDSCAPES["cpu-like"]
+    model = shifted_model(space, f, 1)
+    a = search(space, noisy(f, 0.1, 3, "spiky"), model=model)
+    b = search(space, noisy(f, 0.1, 3, "spiky"), model=model)
+    assert a.to_json() == b.to_json()
+
+
+def test_noise_and_confidence_are_reported():
+    space, f = LANDSCAPES["convex"]
+    model = shifted_model(space, f, 1)
+    quiet = search(space, noisy(f, 0.01, 0, "lognormal"), model=model)
+    loud = search(space, noisy(f, 0.2, 0, "lognormal"), model=model)
+    assert 0.003 < quiet.noise < 0.02 and 0.06 < loud.noise < 0.3
+    assert loud.samples > quiet.samples  # noise costs samples, not configurations
+    # two configs 4% apart under 20% noise: the pick is a coin toss, and says so
+    two = {"ps": [1, 2], "dist": [1], "wpb": [1]}
+    near = search(two, noisy(lambda c: 1.0 + 0.04 * (c["ps"] == 2), 0.2, 1, "lognormal"))
+    far = search(two, noisy(lambda c: 1.0 + 0.5 * (c["ps"] == 2), 0.2, 1, "lognormal"))
+    assert far.best == {"ps": 1, "dist": 1, "wpb": 1} and far.confidence > 0.95
+    assert near.confidence < far.confidence
+    assert len(near.final) == 2 and all(t["samples"] >= 3 for t in near.final)
+
+
+def test_median_interval_covers_the_median_as_stated():
+    rng = np.random.default_rng(0)
+    for n in (5, 8, 12, 20):
+        covered = 0
+        for _ in range(2000):
+            lo, hi = median_interval(rng.lognormal(0.0, 0.3, n))
+            covered += lo <= 1.0 <= hi  # the lognormal's median is exp(0) = 1
+        assert 0.88 <= covered / 2000 <= 0.995, (n, covered)
+    assert median_interval([3.0]) == (3.0, 3.0)
+    assert median_interval([5, 1, 4, 2, 3]) == (1, 5)
+
+
+def test_exhaustive_measures_every_config_round_robin_on_its_own():
+    g = counted(bowl())
+    grid = exhaustive(SPACE, g, rounds=3)
+    n = math.prod(len(v) for v in SPACE.values())
+    assert grid.measured == n and grid.samples == len(g.calls) == 3 * n
+    assert g.calls[:n] == g.calls[n : 2 * n]  # round-robin: each round the whole grid
+    assert grid.best == {"ps": 16, "dist": 4, "wpb": 4}
 
 
 def test_budget_and_failures():
@@ -117,12 +250,18 @@ def test_budget_and_failures():
             raise RuntimeError("kernel launch failed")
         return bowl()(c)
 
-    res = search(SPACE, broken, max_measurements=8)
+    g = counted(broken)
+    res = search(SPACE, g, protocol=Protocol(max_configs=8))
     assert res.measured <= 8
-    assert all(t["latency"] == math.inf for t in res.trace if t["config"]["dist"] == 2)
-    assert math.isfinite(res.best_latency)
+    failed = [t for t in res.trace if t["config"]["dist"] == 2]
+    assert failed and all(t["latency"] == math.inf and t["samples"] == 1 for t in failed)
+    assert math.isfinite(res.best_latency) and res.best["dist"] != 2
+    res = search(SPACE, bowl(), protocol=Protocol(budget=10))
+    assert res.samples <= 10
     with pytest.raises(ValueError, match="no candidate"):
         search({"ps": [], "dist": [1], "wpb": [1]}, bowl())
+    with pytest.raises(ValueError, match="min_samples"):
+        Protocol(min_samples=5, max_samples=3)
 
 
 def test_smem_formula_is_listing_2():
@@ -185,12 +324,15 @@ def test_trainer_tunes_with_real_training_steps():
         build_optimizer("adam", model, 0.01, 5e-4),
         tune=True,
         tune_space=space,
+        tune_budget=15,
         eval_every=0,
     )
     hist = t.fit(20)
     assert len(hist) == 20  # measured steps are training epochs too
     tuned = [h for h in hist if "config" in h]
-    assert 2 <= len(tuned) == t.tuning["measured"] <= 6
+    assert len(tuned) == t.tuning["samples"] <= 15 and 2 <= t.tuning["measured"] <= 6
+    assert not any("config" in h for h in hist[15:])
+    assert sum(h["config"] == t.tuning["best"] for h in tuned) >= 3  # the pick had a median
     assert dg.config["ps"] == t.tuning["best"]["ps"]
     assert hist[-1]["loss"] < hist[0]["loss"]
     # a tuned configuration can be passed back in: no search then
@@ -212,36 +354,30 @@ def test_trainer_tunes_with_real_training_steps():
 def test_mgg_tune_reports_search_and_exhaustive_best(tmp_path):
     from conftest import last_json, mpirun
 
-    r = mpirun(
-        2,
-        "mgg",
-        "tune",
-        "rmat:scale=12,ef=8",
-        "--dim",
-        "16",
-        "--exhaustive",
-        "--repeat",
-        "3",
-        "--confirm",
-        "5",
-        "--out",
-        tmp_path,
-        "--json",
-        timeout=400,
-    )
+    args = ["mgg", "tune", "rmat:scale=12,ef=8", "--dim", "16", "--out", tmp_path, "--json"]
+    r = mpirun(2, *args, "--exhaustive", "--grid-rounds", "3", "--confirm", "5", timeout=400)
     assert r.returncode == 0, r.stderr[-2000:]
     res = last_json(r.stdout)
     grid = math.prod(len(v) for v in res["space"].values())
-    assert res["start"] == {"ps": 1, "dist": 1, "threads": 1}
-    assert res["measured"] == len(res["trace"]) and 2 <= res["measured"] < grid
-    assert res["exhaustive_measured"] == grid  # the whole grid, measured on its own
-    # re-measured side by side, the search's pick is close to the best of them all (at two
-    # ranks on two cores the start, one thread each, can be that best: a 0.4 ms
-    # aggregation, where noise decides "ahead of the start"; issue 18's ground)
+    assert res["start"] == res["model_guess"]  # the model's guess by default
+    assert res["measured"] == len(res["trace"]) and 2 <= res["measured"] <= 15 < grid
+    assert res["samples"] >= sum(t["samples"] for t in res["trace"]) - 1
+    assert all(t["samples"] >= 1 and t["spread"] >= 0 for t in res["trace"])
+    assert 0 <= res["noise"] < 1 and 0 <= res["confidence"] <= 1
+    assert res["protocol"]["max_configs"] == 15
+    assert res["exhaustive_measured"] == grid and res["exhaustive_rounds"] == 3
+    # measured afresh, side by side: the tuned pick against the grid's best
     confirmed = res["confirmed_latency_s"]
-    assert set(confirmed) == {"start", "default", "tuned", "exhaustive_best"}
-    assert confirmed["tuned"] <= 1.5 * min(confirmed.values()), confirmed
+    assert set(confirmed) == {"start", "default", "model_guess", "tuned", "exhaustive_best"}
+    assert res["vs_exhaustive"] == pytest.approx(confirmed["tuned"] / confirmed["exhaustive_best"])
+    assert res["vs_exhaustive"] <= 1.5, confirmed
     assert list(tmp_path.glob("*.png")) and list(tmp_path.glob("*-trace.json"))
+    r = mpirun(2, *args, "--start", "origin", "--budget", "6", "--max-repeat", "4")
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = last_json(r.stdout)
+    assert res["start"] == {"ps": 1, "dist": 1, "threads": 1} and res["measured"] <= 6
+    assert all(t["samples"] <= 4 + 2 * 4 for t in res["trace"])
+    assert "exhaustive_best" not in res and "vs_exhaustive" not in res
 
 
 @pytest.mark.mpi

@@ -11,7 +11,7 @@ from ..kernels.cuda.occupancy import (
     smem_bytes,
 )
 from .model import cpu_device, default_space, estimate_cpu, rank_configs
-from .search import SearchResult, exhaustive, model_guess, search
+from .search import Protocol, SearchResult, exhaustive, model_guess, model_table, search
 
 __all__ = [
     "Device",
@@ -29,5 +29,7 @@ __all__ = [
     "search",
     "exhaustive",
     "model_guess",
+    "model_table",
+    "Protocol",
     "SearchResult",
 ]

@@ -1,23 +1,53 @@
-"""``mgg tune``: MGG's search over (ps, dist, wpb or threads) on one graph and width,
-each configuration measured with the check harness's protocol (mgg.designs.check)."""
+"""``mgg tune``: the tuner's search over (ps, dist, wpb or threads) on one graph and
+width; each sample one aggregation timed as the check harness times one (mgg.designs.check),
+the sampling decided by the tuner's protocol (mgg.tuner.search)."""
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from ..backend import assign, get_backend
 from ..designs import knobs_for
-from ..designs.check import median_seconds, sharded_plan
+from ..designs.check import sharded_plan, time_round_robin
 from ..graph.dataset import Dataset, random_features
 from ..graph.formats import atomic_write
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
 from .model import Workload, default_space, rank_configs
-from .search import exhaustive, model_guess, search
+from .search import Protocol, exhaustive, model_guess, model_table, search
+
+
+class _Open:
+    """The designs of the last few configurations measured, kept open (a round-robin
+    comparison alternates between them); each one called once, untimed, when opened."""
+
+    def __init__(self, cls, base, comm, dim, x, op, keep: int = 3):
+        self.cls, self.base, self.comm, self.dim, self.x, self.op = cls, base, comm, dim, x, op
+        self.keep, self.open = keep, {}
+
+    def __call__(self, cfg: dict):
+        key = tuple(cfg.values())
+        if key not in self.open:
+            if len(self.open) >= self.keep:  # every rank evicts the same one
+                self.open.pop(next(iter(self.open))).__exit__(None, None, None)
+            plan = self.base.with_ps(cfg["ps"])
+            agg = self.cls(plan, self.comm, self.dim, **knobs_for(self.cls, cfg))
+            agg.__enter__()
+            assign(agg.x, self.x)
+            agg(self.op)
+            self.open[key] = agg
+        else:
+            self.open[key] = self.open.pop(key)  # most recent last
+        return self.open[key]
+
+    def close(self):
+        while self.open:
+            self.open.popitem()[1].__exit__(None, None, None)
 
 
 def tune(
@@ -27,28 +57,32 @@ def tune(
     *,
     dim: int = 16,
     op: str = "gcn",
-    start: str = "origin",
-    budget: int | None = None,
-    repeat: int = 3,
+    start: str = "model",
+    protocol: Protocol | None = None,
     full_grid: bool = False,
-    confirm: int = 3,
+    grid_rounds: int = 5,
+    confirm: int = 5,
     seed: int = 0,
 ) -> dict:
-    """Search the default space of this backend's device; collective.
+    """Search the default space of this backend's device with the tuner's protocol
+    (mgg.tuner.search); collective, every rank takes the same decisions.
 
-    start 'origin' (the paper's (1, 1, 1)) or 'model' (the model's best guess);
-    full_grid also measures every configuration of the space, afresh (not reusing the
-    search's measurements), to judge the search; confirm rounds re-measure the start,
-    the default, the tuned (and the grid's best) configurations round-robin, since the
-    minimum of many noisy measurements is biased low.
+    start 'model' (the analytical model's guess, its ranking ordering the moves) or
+    'origin' (the paper's (1, 1, 1), moves knob by knob); full_grid also measures every
+    configuration of the space, ``grid_rounds`` times round-robin, independently of the
+    search; ``confirm`` rounds then re-measure the start, the default, the model's guess,
+    the tuned (and the grid's best) configurations round-robin, and the ratios use those.
 
-    returns the search's JSON (best, trace, ...) plus space, default, confirmed
-    latencies, and with full_grid "exhaustive_best", "exhaustive_best_latency_s",
-    "exhaustive_measured"; the measured table (config tuple -> seconds) under "table"
+    returns the search's JSON (best, trace, samples, noise, confidence, ...) plus space,
+    default, model_guess, confirmed latencies, and with full_grid "exhaustive_best",
+    "exhaustive_best_latency_s", "exhaustive_measured", "vs_exhaustive" (confirmed tuned
+    / confirmed grid best) and "model_guess_vs_exhaustive"; the measured medians (config
+    tuple -> seconds) under "table"
     """
     import numba
 
     backend = get_backend(backend)
+    protocol = protocol or Protocol()
     if isinstance(dataset, ShardedDataset):
         base = sharded_plan(dataset, comm, op == "gcn").with_ps(16)
     else:
@@ -57,55 +91,72 @@ def tune(
     x = random_features(seed, base.lb, base.ub, dim)
     dev = backend.device()
     space = default_space(dev)
-    cls = backend.design("pipelined")
+    designs = _Open(backend.design("pipelined"), base, comm, dim, x, op)
 
     def measure(cfg):
         if "threads" in cfg:
             numba.set_num_threads(cfg["threads"])
-        with cls(base.with_ps(cfg["ps"]), comm, dim, **knobs_for(cls, cfg)) as agg:
-            assign(agg.x, x)
-            # every rank must see the same number, or the ranks would walk apart
-            return median_seconds(lambda: agg(op), comm, repeat, backend.sync)
+        agg = designs(cfg)
+        # the slowest rank's seconds: every rank sees the same number and walks alike
+        return time_round_robin({"agg": lambda: agg(op)}, comm, 1, backend.sync)["agg"][0]
 
     ranked = rank_configs(space, Workload.of(base, dim), dev, "p2p" if backend.gpu else "get")
-    t0 = time.perf_counter()
-    res = search(
-        space,
-        measure,
-        start=model_guess(ranked) if start == "model" else None,
-        max_measurements=budget,
-    )
+    guess = model_guess(ranked)
     third = list(space)[2]
     default = {"ps": 16, "dist": 4, third: 4 if backend.gpu else max(space[third])}
-    table = res.table()
-    result = {
-        "graph": dataset.name,
-        "np": comm.size,
-        "dim": dim,
-        "op": op,
-        "backend": backend.name,
-        "space": space,
-        **res.to_json(),
-        "search_seconds": time.perf_counter() - t0,
-        "model_guess": model_guess(ranked),
-        "default": default,
-        "default_latency_s": table.get(tuple(default.values())) or measure(default),
-    }
-    contenders = {"start": res.start, "default": default, "tuned": res.best}
-    if full_grid:
-        grid = exhaustive(space, measure)
-        table = grid.table()
-        result["exhaustive_best"] = grid.best
-        result["exhaustive_best_latency_s"] = grid.best_latency
-        result["exhaustive_measured"] = grid.measured
-        contenders["exhaustive_best"] = grid.best
-    again = {k: [] for k in contenders}
-    for _ in range(confirm):
-        for k, cfg in contenders.items():
-            again[k].append(measure(cfg))
-    result["confirmed_latency_s"] = {k: float(np.median(v)) for k, v in again.items() if v}
+    try:
+        t0 = time.perf_counter()
+        if start == "model":
+            res = search(space, measure, model=model_table(ranked), protocol=protocol)
+        else:
+            res = search(space, measure, protocol=protocol)
+        result = {
+            "graph": dataset.name,
+            "np": comm.size,
+            "dim": dim,
+            "op": op,
+            "backend": backend.name,
+            "space": space,
+            "protocol": asdict(protocol),
+            **res.to_json(),
+            "search_seconds": time.perf_counter() - t0,
+            "model_guess": guess,
+            "default": default,
+        }
+        table = res.table()
+        contenders = {"start": res.start, "default": default, "model_guess": guess}
+        contenders["tuned"] = res.best
+        if full_grid:
+            grid = exhaustive(space, measure, grid_rounds)
+            table = grid.table()
+            result["exhaustive_best"] = grid.best
+            result["exhaustive_best_latency_s"] = grid.best_latency
+            result["exhaustive_measured"] = grid.measured
+            result["exhaustive_rounds"] = grid_rounds
+            result["exhaustive_noise"] = grid.noise
+            contenders["exhaustive_best"] = grid.best
+        confirmed = _confirm(contenders, measure, confirm)
+    finally:
+        designs.close()
+    result["confirmed_latency_s"] = confirmed
+    result["default_latency_s"] = confirmed.get("default", table.get(tuple(default.values())))
+    if full_grid and confirmed:
+        best = confirmed["exhaustive_best"]
+        result["vs_exhaustive"] = confirmed["tuned"] / best
+        result["model_guess_vs_exhaustive"] = confirmed["model_guess"] / best
     result["table"] = table
     return result
+
+
+def _confirm(contenders: dict, measure, rounds: int) -> dict:
+    """{name: median seconds} of each named configuration, the distinct ones measured
+    round-robin ``rounds`` times (names sharing a configuration share its numbers)."""
+    keys = {name: tuple(cfg.items()) for name, cfg in contenders.items()}
+    times = {k: [] for k in dict.fromkeys(keys.values())}
+    for _ in range(rounds):
+        for k in times:
+            times[k].append(measure(dict(k)))
+    return {name: float(np.median(times[k])) for name, k in keys.items() if times[k]}
 
 
 def write_report(result: dict, out) -> tuple[Path, Path]:
