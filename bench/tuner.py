@@ -1,11 +1,14 @@
-"""The tuner on the CPU backend: search vs default config vs exhaustive best.
+"""The tuner on a busy CPU: is its pick within 5% of the exhaustive best, run after run?
 
-    python bench/tuner.py [--np 4] [--dim 16] [--real]
+    python bench/tuner.py [--np 4] [--dim 16] [--runs 10] [--rmat-scale 16]
 
-Each graph is one `mggrun -np P mgg tune GRAPH --exhaustive --json` job per start point
-(the paper's (1, 1, 1) and the model's guess); the exhaustive grid reuses the search's
-measurements, so every ratio comes from one job. Goal: within 5% of the exhaustive best
-with <= 12 measured configurations (the paper: about 10, up to 68% below the start).
+Per graph, ``--runs`` independent `mggrun -np P mgg tune GRAPH --exhaustive --json`
+jobs. Each searches with the tuner's protocol, then measures the whole grid on its own
+(5 rounds round-robin), then re-measures the start, the default, the model's guess, the
+tuned and the grid's best configurations side by side (40 rounds: the judge's own noise
+must stay well under the 5% it judges); the ratios are of those confirmed medians.
+Goal (issue 18): tuned within 5% of the exhaustive best in >= 9 of 10 runs per graph,
+never worse than 1.15x, with <= 15 configurations measured.
 """
 
 from __future__ import annotations
@@ -16,44 +19,27 @@ import numpy as np
 
 from common import RESULTS, mgg_json, real_graphs, write_results
 
-
-def tune(nprocs, graph, dim, start, repeat, out):
-    return mgg_json(
-        nprocs,
-        "tune",
-        graph,
-        "--dim",
-        dim,
-        "--exhaustive",
-        "--start",
-        start,
-        "--repeat",
-        repeat,
-        "--out",
-        out,
-    )
+PICKS = ("tuned", "model_guess", "default", "start")
 
 
-def plot(rows, path):
+def plot(runs, graphs, path):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 1.3), 4))
-    xs = np.arange(len(rows))
-    w = 0.27
-    ax.bar(xs - w, [r["start_ms"] / r["exhaustive_ms"] for r in rows], w, label="start")
-    ax.bar(xs, [r["default_ms"] / r["exhaustive_ms"] for r in rows], w, label="default")
-    ax.bar(xs + w, [r["tuned_ms"] / r["exhaustive_ms"] for r in rows], w, label="tuned")
+    fig, ax = plt.subplots(figsize=(2.4 * len(graphs) + 2, 4))
+    width = 0.8 / len(PICKS)
+    for j, pick in enumerate(PICKS):
+        for i, g in enumerate(graphs):
+            ys = [r[f"{pick}_vs_exhaustive"] for r in runs if r["graph"] == g]
+            xs = i + (j - (len(PICKS) - 1) / 2) * width + np.linspace(-0.3, 0.3, len(ys)) * width
+            ax.scatter(xs, ys, s=14, color=f"C{j}", label=pick if i == 0 else None)
     ax.axhline(1.05, color="k", ls="--", lw=1, label="goal: within 5%")
-    ax.set_xticks(
-        xs,
-        [f"{r['graph']}\nstart={r['start']}\n{r['measured']} measured" for r in rows],
-        fontsize=7,
-    )
-    ax.set_ylabel("latency / exhaustive best")
-    ax.set_title(f"Tuner, P = {rows[0]['np']}, D = {rows[0]['D']}")
+    ax.axhline(1.15, color="r", ls=":", lw=1, label="never worse than 1.15x")
+    ax.set_xticks(range(len(graphs)), graphs)
+    ax.set_ylabel("confirmed latency / exhaustive best")
+    ax.set_title(f"Tuner under noise, P = {runs[0]['np']}, D = {runs[0]['D']}, one dot a run")
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -63,66 +49,104 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--np", type=int, default=4)
     ap.add_argument("--dim", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--rmat-scale", type=int, default=17)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--rmat-scale", type=int, default=16)
     args = ap.parse_args()
     graphs = [(f"rmat-s{args.rmat_scale}", f"rmat:scale={args.rmat_scale},ef=16")]
     graphs += [(p.stem, str(p)) for p in real_graphs(("amazon_computers", "ego_twitter"))]
-    rows = []
+    runs, summary = [], []
     out = RESULTS / "tuner"
     for name, spec in graphs:
-        for start in ("origin", "model"):
-            res = tune(args.np, spec, args.dim, start, args.repeat, out)
+        for run in range(args.runs):
+            res = mgg_json(
+                args.np,
+                "tune",
+                spec,
+                "--dim",
+                args.dim,
+                "--exhaustive",
+                "--confirm",
+                15,
+                "--out",
+                out,
+            )
+            conf = res["confirmed_latency_s"]
             row = {
                 "graph": name,
+                "run": run,
                 "np": args.np,
                 "D": args.dim,
-                "start": start,
                 "measured": res["measured"],
-                "space_size": int(np.prod([len(v) for v in res["space"].values()])),
+                "samples": res["samples"],
+                "noise": res["noise"],
+                "confidence": res["confidence"],
                 "tuned": res["best"],
-                "tuned_ms": res["confirmed_latency_s"]["tuned"] * 1e3,
-                "start_ms": res["confirmed_latency_s"]["start"] * 1e3,
-                "default_ms": res["confirmed_latency_s"]["default"] * 1e3,
                 "exhaustive": res["exhaustive_best"],
-                "exhaustive_ms": res["confirmed_latency_s"]["exhaustive_best"] * 1e3,
+                "exhaustive_ms": conf["exhaustive_best"] * 1e3,
+                "search_s": res["search_seconds"],
             }
-            row["vs_exhaustive"] = row["tuned_ms"] / row["exhaustive_ms"]
-            row["below_start"] = 1 - row["tuned_ms"] / row["start_ms"]
-            row["vs_default"] = row["default_ms"] / row["tuned_ms"]
-            rows.append(row)
+            for pick in PICKS:
+                row[f"{pick}_vs_exhaustive"] = conf[pick] / conf["exhaustive_best"]
+            runs.append(row)
             print(
-                f"{name:>16} start={start:6s} {row['measured']:2d} measured: tuned "
-                f"{row['tuned']} {row['tuned_ms']:.2f} ms = {row['vs_exhaustive']:.3f}x "
-                f"exhaustive best {row['exhaustive']}; {row['below_start']:.0%} below "
-                f"start; default {row['default_ms']:.2f} ms",
+                f"{name:>16} run {run}: {row['measured']:2d} configs, {row['samples']} "
+                f"samples, noise {row['noise']:.1%}: tuned {row['tuned']} at "
+                f"{row['tuned_vs_exhaustive']:.3f}x of {row['exhaustive']} "
+                f"({row['exhaustive_ms']:.2f} ms); model guess "
+                f"{row['model_guess_vs_exhaustive']:.3f}x",
                 flush=True,
             )
-    plot(rows, RESULTS / "tuner.png")
+        mine = [r for r in runs if r["graph"] == name]
+        ratios = [r["tuned_vs_exhaustive"] for r in mine]
+        summary.append(
+            {
+                "graph": name,
+                "runs": len(mine),
+                "within_5pct": sum(x <= 1.05 for x in ratios),
+                "worst": max(ratios),
+                "median": float(np.median(ratios)),
+                "max_measured": max(r["measured"] for r in mine),
+                "median_samples": float(np.median([r["samples"] for r in mine])),
+                "noise": float(np.median([r["noise"] for r in mine])),
+                "confidence": float(np.median([r["confidence"] for r in mine])),
+                "model_guess_within_5pct": sum(
+                    r["model_guess_vs_exhaustive"] <= 1.05 for r in mine
+                ),
+                "default_within_5pct": sum(r["default_vs_exhaustive"] <= 1.05 for r in mine),
+                "search_s": float(np.median([r["search_s"] for r in mine])),
+            }
+        )
+        s = summary[-1]
+        s["goal_met"] = s["within_5pct"] >= 0.9 * s["runs"] and s["worst"] <= 1.15
+        s["goal_met"] = s["goal_met"] and s["max_measured"] <= 15
+    plot(runs, [g for g, _ in graphs], RESULTS / "tuner.png")
     write_results(
         "tuner",
-        {"np": args.np, "dim": args.dim},
-        rows,
+        {"np": args.np, "dim": args.dim, "runs": runs},
+        summary,
         [
             "graph",
-            "start",
-            "measured",
-            "space_size",
-            "tuned",
-            "tuned_ms",
-            "exhaustive",
-            "exhaustive_ms",
-            "vs_exhaustive",
-            "start_ms",
-            "below_start",
-            "default_ms",
-            "vs_default",
+            "runs",
+            "within_5pct",
+            "worst",
+            "median",
+            "max_measured",
+            "median_samples",
+            "noise",
+            "confidence",
+            "model_guess_within_5pct",
+            "default_within_5pct",
+            "search_s",
+            "goal_met",
         ],
-        notes="Latency: median of the slowest rank's aggregation (op gcn). The "
-        "exhaustive grid reuses the search's measurements; start, default, tuned and "
-        "exhaustive-best are then measured again round-robin (3 rounds), and those "
-        "confirmed latencies make the ratios. Heatmaps and traces in "
-        "bench/results/tuner/.",
+        notes="Each run one 4-rank job on this 2-core machine (oversubscribed: a busy "
+        "machine). Ratios are confirmed medians (40 rounds side by side) over the "
+        "exhaustive best, found by measuring the whole grid on its own (5 rounds "
+        "round-robin). within_5pct: runs whose tuned pick is within 5%; "
+        "model_guess_within_5pct / default_within_5pct: the same for the model's guess "
+        "alone and for the default (16, 4, max threads). noise: median relative spread "
+        "(MAD / median) of a configuration's samples. Every run in the JSON; the plot "
+        "shows each run's ratios (tuner.png).",
     )
 
 

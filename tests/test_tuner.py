@@ -256,6 +256,9 @@ def test_budget_and_failures():
     failed = [t for t in res.trace if t["config"]["dist"] == 2]
     assert failed and all(t["latency"] == math.inf and t["samples"] == 1 for t in failed)
     assert math.isfinite(res.best_latency) and res.best["dist"] != 2
+    # nothing runs at ps = 1: from the paper's origin the walk still finds the way out
+    res = search(SPACE, lambda c: math.inf if c["ps"] == 1 else bowl()(c))
+    assert res.start_latency == math.inf and res.best == {"ps": 16, "dist": 4, "wpb": 4}
     res = search(SPACE, bowl(), protocol=Protocol(budget=10))
     assert res.samples <= 10
     with pytest.raises(ValueError, match="no candidate"):

@@ -179,6 +179,9 @@ class Samples:
     def better(self, a: tuple, b: tuple, phase: str) -> bool:
         """Is ``b`` faster than ``a``? Sampled round-robin until decided."""
         p = self.p
+        if self.failed(a):  # anything that runs beats what does not
+            self.settle(b, phase)
+            return self.n(b) > 0 and not self.failed(b)
         while self.can_sample() and not self.failed(a) and not self.failed(b):
             na, nb = self.n(a), self.n(b)
             if min(na, nb) >= p.min_samples:

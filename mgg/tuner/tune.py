@@ -22,32 +22,22 @@ from .model import Workload, default_space, rank_configs
 from .search import Protocol, exhaustive, model_guess, model_table, search
 
 
-class _Open:
-    """The designs of the last few configurations measured, kept open (a round-robin
-    comparison alternates between them); each one called once, untimed, when opened."""
-
-    def __init__(self, cls, base, comm, dim, x, op, keep: int = 3):
-        self.cls, self.base, self.comm, self.dim, self.x, self.op = cls, base, comm, dim, x, op
-        self.keep, self.open = keep, {}
-
-    def __call__(self, cfg: dict):
-        key = tuple(cfg.values())
-        if key not in self.open:
-            if len(self.open) >= self.keep:  # every rank evicts the same one
-                self.open.pop(next(iter(self.open))).__exit__(None, None, None)
-            plan = self.base.with_ps(cfg["ps"])
-            agg = self.cls(plan, self.comm, self.dim, **knobs_for(self.cls, cfg))
-            agg.__enter__()
-            assign(agg.x, self.x)
-            agg(self.op)
-            self.open[key] = agg
-        else:
-            self.open[key] = self.open.pop(key)  # most recent last
-        return self.open[key]
-
-    def close(self):
-        while self.open:
-            self.open.popitem()[1].__exit__(None, None, None)
+def fresh_sample(build, warm, call, cfg: dict):
+    """One sample of configuration ``cfg`` on a design built for it alone: ``build(cfg)``
+    (entered if it is a context manager), ``warm(design)`` untimed, then the seconds of
+    ``call(design)``. A design's speed varies from one allocation to the next (up to 15%
+    between builds on a busy CPU against 2% between calls of one build), so every sample
+    is of a new one and the medians average over allocations too."""
+    design = build(cfg)
+    ctx = hasattr(design, "__enter__")
+    if ctx:
+        design.__enter__()
+    try:
+        warm(design)
+        return call(design)
+    finally:
+        if ctx:
+            design.__exit__(None, None, None)
 
 
 def tune(
@@ -91,53 +81,58 @@ def tune(
     x = random_features(seed, base.lb, base.ub, dim)
     dev = backend.device()
     space = default_space(dev)
-    designs = _Open(backend.design("pipelined"), base, comm, dim, x, op)
+    cls = backend.design("pipelined")
+
+    def build(cfg):
+        return cls(base.with_ps(cfg["ps"]), comm, dim, **knobs_for(cls, cfg))
+
+    def warm(agg):
+        assign(agg.x, x)
+        agg(op)
+
+    def timed(agg):  # the slowest rank's seconds: every rank sees the same number
+        return time_round_robin({"agg": lambda: agg(op)}, comm, 1, backend.sync)["agg"][0]
 
     def measure(cfg):
         if "threads" in cfg:
             numba.set_num_threads(cfg["threads"])
-        agg = designs(cfg)
-        # the slowest rank's seconds: every rank sees the same number and walks alike
-        return time_round_robin({"agg": lambda: agg(op)}, comm, 1, backend.sync)["agg"][0]
+        return fresh_sample(build, warm, timed, cfg)
 
     ranked = rank_configs(space, Workload.of(base, dim), dev, "p2p" if backend.gpu else "get")
     guess = model_guess(ranked)
     third = list(space)[2]
     default = {"ps": 16, "dist": 4, third: 4 if backend.gpu else max(space[third])}
-    try:
-        t0 = time.perf_counter()
-        if start == "model":
-            res = search(space, measure, model=model_table(ranked), protocol=protocol)
-        else:
-            res = search(space, measure, protocol=protocol)
-        result = {
-            "graph": dataset.name,
-            "np": comm.size,
-            "dim": dim,
-            "op": op,
-            "backend": backend.name,
-            "space": space,
-            "protocol": asdict(protocol),
-            **res.to_json(),
-            "search_seconds": time.perf_counter() - t0,
-            "model_guess": guess,
-            "default": default,
-        }
-        table = res.table()
-        contenders = {"start": res.start, "default": default, "model_guess": guess}
-        contenders["tuned"] = res.best
-        if full_grid:
-            grid = exhaustive(space, measure, grid_rounds)
-            table = grid.table()
-            result["exhaustive_best"] = grid.best
-            result["exhaustive_best_latency_s"] = grid.best_latency
-            result["exhaustive_measured"] = grid.measured
-            result["exhaustive_rounds"] = grid_rounds
-            result["exhaustive_noise"] = grid.noise
-            contenders["exhaustive_best"] = grid.best
-        confirmed = _confirm(contenders, measure, confirm)
-    finally:
-        designs.close()
+    t0 = time.perf_counter()
+    if start == "model":
+        res = search(space, measure, model=model_table(ranked), protocol=protocol)
+    else:
+        res = search(space, measure, protocol=protocol)
+    result = {
+        "graph": dataset.name,
+        "np": comm.size,
+        "dim": dim,
+        "op": op,
+        "backend": backend.name,
+        "space": space,
+        "protocol": asdict(protocol),
+        **res.to_json(),
+        "search_seconds": time.perf_counter() - t0,
+        "model_guess": guess,
+        "default": default,
+    }
+    table = res.table()
+    contenders = {"start": res.start, "default": default, "model_guess": guess}
+    contenders["tuned"] = res.best
+    if full_grid:
+        grid = exhaustive(space, measure, grid_rounds)
+        table = grid.table()
+        result["exhaustive_best"] = grid.best
+        result["exhaustive_best_latency_s"] = grid.best_latency
+        result["exhaustive_measured"] = grid.measured
+        result["exhaustive_rounds"] = grid_rounds
+        result["exhaustive_noise"] = grid.noise
+        contenders["exhaustive_best"] = grid.best
+    confirmed = confirm_medians(contenders, measure, confirm)
     result["confirmed_latency_s"] = confirmed
     result["default_latency_s"] = confirmed.get("default", table.get(tuple(default.values())))
     if full_grid and confirmed:
@@ -148,7 +143,7 @@ def tune(
     return result
 
 
-def _confirm(contenders: dict, measure, rounds: int) -> dict:
+def confirm_medians(contenders: dict, measure, rounds: int) -> dict:
     """{name: median seconds} of each named configuration, the distinct ones measured
     round-robin ``rounds`` times (names sharing a configuration share its numbers)."""
     keys = {name: tuple(cfg.items()) for name, cfg in contenders.items()}
