@@ -66,7 +66,7 @@ def main():
                 args.dim,
                 "--exhaustive",
                 "--confirm",
-                15,
+                40,
                 "--out",
                 out,
             )
