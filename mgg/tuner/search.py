@@ -310,9 +310,9 @@ def search(
                 continue
             compared.add(pair)
             changed = [k for k in range(len(cur)) if cur[k] != nxt[k]]
-            last = changed[0]
             phase = "move " + "+".join(s.knobs[k] for k in changed)
             if s.better(cur, nxt, phase):
+                last = changed[0]
                 step = tuple(b - a for a, b in zip(cur, nxt, strict=True))
                 cur = _line(s, nxt, step, compared, phase)
                 moved = True
