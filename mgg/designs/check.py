@@ -48,13 +48,6 @@ def time_round_robin(calls: dict, comm=None, repeat: int = 5, sync=None) -> dict
     return {name: slowest(comm, t).tolist() for name, t in times.items()}
 
 
-def median_seconds(fn, comm=None, repeat: int = 3, sync=None, warmup: int = 1) -> float:
-    """Median seconds of ``fn`` after ``warmup`` untimed calls (slowest rank; collective)."""
-    for _ in range(warmup):
-        fn()
-    return float(np.median(time_round_robin({"fn": fn}, comm, repeat, sync)["fn"]))
-
-
 def gather_rows(comm, out) -> np.ndarray | None:
     """This job's whole [N, D] output on rank 0 (None elsewhere); collective."""
     got = comm.gather(to_host(out), root=0)

@@ -17,11 +17,14 @@ One protocol (``mgg tune``, ``mgg train --tune``, the CPU and the GPU):
   machine's drift, until their intervals separate, both are precise, or both are capped;
   the lower median wins.
 - The walk: from the start, try the neighbours (one knob one step) in the model's order;
-  on a win keep stepping that way, then scan the new point's neighbours; stop when none
-  wins. At most ``max_configs`` configurations are measured (repeats count once).
-- The choice: the ``contenders`` best medians re-measured round-robin ``final_rounds``
-  more times; the lowest median wins. Its confidence is the bootstrap probability that
-  its median is within ``tolerance`` of the best contender's.
+  on a win keep stepping that way (past a tie, one step further), then scan the new
+  point's neighbours; when no single-knob move wins, try two knobs traded in opposite
+  directions; stop when none wins. At most ``max_configs`` configurations are measured
+  (repeats count once), at most ``budget`` samples in all.
+- The choice: the ``contenders`` best medians, each settled, re-measured round-robin
+  ``final_rounds`` more times and on while the two best cannot be told apart; the lowest
+  median wins. Its confidence is the bootstrap probability that its median is within
+  ``tolerance`` of the best contender's.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Protocol:
+    """How much measuring a decision rests on (defaults: ``mgg tune``'s)."""
+
     rel_error: float = 0.03  # target half-width of a median's interval, relative
     min_samples: int = 3
     max_samples: int = 12  # per configuration, before the final round
