@@ -50,11 +50,22 @@ def _rank(comm) -> int:
     return 0 if comm is None else comm.rank
 
 
-def _agree(comm, error: str | None, value=None):
-    """Collective: rank 0's ``value`` on every rank, or its error (a message) raised on
-    every rank."""
+def _on_root(comm, fn, catch=(), message=str, share: bool = True):
+    """Collective: ``fn()`` run on rank 0, its value returned there and, with ``share``,
+    on every rank (else None elsewhere); a CheckpointError there, or an exception of a
+    type in ``catch`` (worded by ``message``), raised as a CheckpointError on every rank,
+    so no peer waits on a rank that failed."""
+    value, error = None, None
+    if _rank(comm) == 0:
+        try:
+            value = fn()
+        except CheckpointError as e:
+            error = str(e)
+        except catch as e:
+            error = message(e)
     if comm is not None and comm.size > 1:
-        value, error = comm.bcast((value, error), root=0)
+        shared, error = comm.bcast((value if share else None, error), root=0)
+        value = shared if share or comm.rank != 0 else value
     if error:
         raise CheckpointError(error)
     return value
@@ -66,13 +77,12 @@ def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: d
     (JSON-able; format and digest are added) to ``path``, atomically: the file is whole or
     absent, never half written. Returns ``path``."""
     path = Path(path)
-    error = None
-    if _rank(comm) == 0:
-        try:
-            write(path, model.state_dict(), optimizer.state_dict(), meta)
-        except OSError as e:
-            error = f"checkpoint {path} cannot be written: {e.strerror or e}"
-    _agree(comm, error)
+    _on_root(
+        comm,
+        lambda: write(path, model.state_dict(), optimizer.state_dict(), meta),
+        OSError,
+        lambda e: f"checkpoint {path} cannot be written: {e.strerror or e}",
+    )
     return path
 
 
@@ -346,15 +356,12 @@ def load(path, model, optimizer, comm=None, epochs: int | None = None) -> dict:
     checks it fits ``model`` and ``optimizer`` (:func:`check_fit`) and the run's total
     ``epochs`` (:func:`check_epochs`, where given), then loads their states. Returns the
     checkpoint's meta (epoch, history, graph_config, tuning, ...)."""
-    ckpt, error = None, None
-    if _rank(comm) == 0:
-        try:
-            ckpt = read(path)
-        except CheckpointError as e:
-            error = str(e)
-        except Exception as e:  # noqa: BLE001 - the peers must hear of it, not hang
-            error = f"checkpoint {path} cannot be read: {type(e).__name__}: {e}"
-    ckpt = _agree(comm, error, ckpt)
+    ckpt = _on_root(
+        comm,
+        lambda: read(path),
+        Exception,  # whatever it is, the peers must hear of it, not hang
+        lambda e: f"checkpoint {path} cannot be read: {type(e).__name__}: {e}",
+    )
     check_fit(path, ckpt, model, optimizer)
     if epochs is not None:
         check_epochs(path, ckpt["meta"]["epoch"], epochs)
@@ -426,14 +433,7 @@ def lock(folder, comm=None) -> FolderLock | None:
     """Collective: rank 0 makes ``folder`` and locks it for this job (the lock on rank 0,
     None elsewhere); a CheckpointError on every rank when another job holds it."""
     folder = Path(folder)
-    held, error = None, None
-    if _rank(comm) == 0:
-        try:
-            held = _lock(folder)
-        except CheckpointError as e:
-            error = str(e)
-    _agree(comm, error)
-    return held
+    return _on_root(comm, lambda: _lock(folder), share=False)  # an open file stays put
 
 
 def _lock(folder: Path) -> FolderLock:
