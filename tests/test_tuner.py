@@ -383,6 +383,22 @@ def test_mgg_tune_reports_search_and_exhaustive_best(tmp_path):
     assert "exhaustive_best" not in res and "vs_exhaustive" not in res
 
 
+def test_mgg_tune_without_confirmation_reports_the_grid_medians(tmp_path, capsys):
+    from mgg.cli import main
+
+    from conftest import last_json
+
+    args = ["tune", "rmat:scale=8,ef=4", "--exhaustive", "--grid-rounds", "2", "--confirm", "0"]
+    assert main([*args, "--out", str(tmp_path), "--json"]) == 0
+    res = last_json(capsys.readouterr().out)
+    # the grid's own medians: its best is the least of them, so nothing lies below it
+    assert set(res["confirmed_latency_s"]) == {"start", "default", "model_guess", "tuned"} | {
+        "exhaustive_best"
+    }
+    assert res["vs_exhaustive"] >= 1.0 and res["model_guess_vs_exhaustive"] >= 1.0
+    assert res["default_latency_s"] >= res["exhaustive_best_latency_s"]
+
+
 @pytest.mark.mpi
 def test_mgg_train_tunes_and_takes_a_config():
     from conftest import last_json, mpirun

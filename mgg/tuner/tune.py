@@ -133,9 +133,12 @@ def tune(
         result["exhaustive_noise"] = grid.noise
         contenders["exhaustive_best"] = grid.best
     confirmed = confirm_medians(contenders, measure, confirm)
+    if not confirmed:  # --confirm 0: the medians already measured (the grid's, if any)
+        confirmed = {k: table[tuple(c.values())] for k, c in contenders.items()}
+        confirmed = {k: v for k, v in confirmed.items() if k in ("start", "tuned") or full_grid}
     result["confirmed_latency_s"] = confirmed
-    result["default_latency_s"] = confirmed.get("default", table.get(tuple(default.values())))
-    if full_grid and confirmed:
+    result["default_latency_s"] = confirmed.get("default")
+    if full_grid:
         best = confirmed["exhaustive_best"]
         result["vs_exhaustive"] = confirmed["tuned"] / best
         result["model_guess_vs_exhaustive"] = confirmed["model_guess"] / best
