@@ -97,9 +97,9 @@ def _interrupt_hook(command: str):
 
 def _interrupted(command: str, exit_now: bool = False) -> int:
     """Ctrl-C: no traceback, exit code 130, and one line, from rank 0 (under mggrun from
-    mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank exits
-    at once, skipping MPI_Finalize (which could wait on a peer still inside a collective);
-    mpiexec then ends the rest of the job."""
+    mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank aborts
+    the job, skipping MPI_Finalize (which could wait on a peer still inside a collective);
+    an abort, unlike a bare exit, ends the others without mpiexec's failure banner."""
     import os
     import signal
 
@@ -110,6 +110,9 @@ def _interrupted(command: str, exit_now: bool = False) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if exit_now or int(env.get("MGG_SIZE") or env.get("PMI_SIZE") or 1) > 1:
+        from .comm import abort_job
+
+        abort_job(130)
         os._exit(130)
     return 130
 
@@ -339,8 +342,10 @@ def _load(args):
 
 
 def _sizes(ds) -> tuple[int, int]:
+    """Nodes and edges of the dataset as read (a sharded one's plans add GCN's self loops)."""
     g = getattr(ds, "graph", ds)
-    return g.num_nodes, g.num_edges
+    source = getattr(ds, "manifest", {}).get("source", {})
+    return g.num_nodes, source.get("num_edges", g.num_edges)
 
 
 def _graph_kind(model: str | None, default: str) -> str:
@@ -423,7 +428,8 @@ def cmd_partition(args) -> int:
     if args.out:
         t0 = time.perf_counter()
         rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
-        write_sharded(args.out, plans, rows, kind, _source(args), force=args.force)
+        source = {**_source(args), "num_edges": ds.graph.num_edges}
+        write_sharded(args.out, plans, rows, kind, source, force=args.force)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
     st["peak_rss_mb"] = [peak_rss_mb()]
     st["memory_estimate_mb"] = mem
@@ -468,6 +474,7 @@ def _partition_distributed(args, kind: str) -> int:
         t0 = time.perf_counter()
         part = read_edge_slice(args.graph, comm.rank, comm.size)
         load_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
+        source_edges = int(comm.allreduce(np.array([len(part.src)]), "sum")[0])
         bar.update()
         bar.set_postfix_str("exchange edges, build plans")
         t0 = time.perf_counter()
@@ -491,7 +498,8 @@ def _partition_distributed(args, kind: str) -> int:
             tables = comm.gather(write_shard(tmp, run, plan, rows))
             infos = comm.gather(plan_info(plan))
             if comm.rank == 0:
-                info = {"graph_kind": kind, "source": _source(args), **node_info(rows)}
+                source = {**_source(args), "num_edges": source_edges}
+                info = {"graph_kind": kind, "source": source, **node_info(rows)}
                 commit(args.out, tmp, run, infos, tables, info, args.force)
             comm.barrier()
             st.update(out=args.out, write_seconds=time.perf_counter() - t0)

@@ -16,11 +16,14 @@ A leading ``mgg`` or ``python`` in COMMAND runs under this interpreter.
 MGG_MPIEXEC overrides the mpiexec used (default: the one installed beside this Python).
 
 Failures: mggrun runs mpiexec as a child and exits with its code. Ctrl-C (SIGINT) goes to
-the local ranks themselves (they exit without a traceback, and mggrun prints the one line
-``mgg CMD: interrupted`` and exits 130), a second one or a SIGTERM/SIGHUP to mpiexec as
-SIGTERM. Before and after each job mggrun removes the MPICH shared-memory files
-(/dev/shm/mpich_*) of this user that no live process maps or holds open: what a killed or
-aborted job leaves, since MPICH unlinks them only in MPI_Finalize.
+the local ranks themselves as SIGINT (they exit without a traceback, and mggrun prints the
+one line ``mgg CMD: interrupted`` and exits 130); so does a SIGTERM or SIGHUP when COMMAND
+is mgg (``mgg CMD: terminated``, exit 143; ``hung up``, 129). A second signal, one when no
+local rank is found, or a first SIGTERM/SIGHUP to another command goes to mpiexec as
+SIGTERM, and so does the first if the job still runs 10 s later. Before and after each
+job mggrun removes the MPICH shared-memory files (/dev/shm/mpich_*) of this user that no
+live process maps or holds open: what a killed or aborted job leaves, since MPICH unlinks
+them only in MPI_Finalize.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTAS
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
 STALE_AFTER_S = 2.0  # a file this young may be a starting job's, not yet mapped
+STOPPED = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 ESCALATE_AFTER_S = 10.0  # after a forwarded SIGINT, SIGTERM the job if it still runs
 
 
@@ -254,19 +258,20 @@ def run_job(full: list[str], label: str | None = None) -> int:
     ``label``: the command named in the one line that reports a Ctrl-C."""
     reap_shm()
     proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent)
-    state = {"interrupts": 0, "since": None}
+    state = {"stopped_by": None, "since": None}
 
     def forward(signum, frame):
         state["since"] = state["since"] or time.monotonic()
-        if signum == signal.SIGINT and not state["interrupts"]:
-            state["interrupts"] = 1
+        quiet = signum == signal.SIGINT or label is not None  # mgg exits quietly on SIGINT
+        if quiet and not state["stopped_by"]:
+            state["stopped_by"] = signum
             ranks = _local_ranks(proc.pid)
             for pid in ranks or ():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGINT)
             if ranks:
                 return
-            sig = signal.SIGINT
+            sig = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
         else:
             sig = signal.SIGTERM
         with contextlib.suppress(ProcessLookupError):
@@ -290,10 +295,11 @@ def run_job(full: list[str], label: str | None = None) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     reap_shm(wait=True)
-    if state["interrupts"] and code != 0:
+    signum = state["stopped_by"]
+    if signum and code != 0:
         if label:
-            print(f"{label}: interrupted", file=sys.stderr)
-        return 130  # mpiexec reports whichever rank ended first: some die by its SIGKILL
+            print(f"{label}: {STOPPED.get(signum, 'stopped')}", file=sys.stderr)
+        return 128 + signum  # mpiexec reports whichever rank ended first: some die by SIGKILL
     return code if code >= 0 else 128 - code
 
 

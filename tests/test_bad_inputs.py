@@ -347,3 +347,17 @@ def test_negative_weights_train_models_that_take_the_graph_as_given(corpus, caps
         ["train", "--dataset", d, "--model", "sage", "--epochs", "1"], None, capsys
     )
     assert code == 0, err
+
+
+@pytest.mark.skipif(
+    __import__("importlib").util.find_spec("cupy") is not None, reason="cupy is installed"
+)
+@pytest.mark.parametrize("cmd", [["check", P], ["train", "--dataset", P, "--epochs", "1"]])
+def test_the_cuda_backend_without_cupy_names_the_gpu_extra(cmd, capsys, monkeypatch):
+    monkeypatch.setenv("MGG_PROGRESS", "0")
+    code, out, err = _run([*cmd, "--backend", "cuda"], None, capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines() == [
+        f"mgg {cmd[0]}: error: No module named 'cupy': the cuda backend needs the gpu extra "
+        "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)"
+    ]

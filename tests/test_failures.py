@@ -170,13 +170,19 @@ def test_a_user_error_at_np4_ends_with_one_code_and_no_shm_left():
 
 
 @needs_linux
-def test_ctrl_c_prints_one_line_and_exits_130():
-    job = Job(2, "mgg", "train", "--dataset", "planted:nodes=400,classes=3", "--epochs", 10**6)
-    job.wait_for(lambda: job.training(2))
-    job.proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize(
+    "sig, word", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")]
+)
+def test_ctrl_c_or_sigterm_prints_one_line_and_exits_128_plus_the_signal(sig, word):
+    graph = "planted:nodes=30000,classes=3"  # epochs long enough to be inside a kernel
+    job = Job(4, "mgg", "train", "--dataset", graph, "--epochs", 10**6)
+    job.wait_for(lambda: job.training(4))
+    time.sleep(1.0)  # into the epochs
+    job.proc.send_signal(sig)
     out, err = job.finish(timeout=30)
-    assert job.proc.returncode == 130
-    assert err.strip().splitlines() == ["mgg train: interrupted"]
+    assert job.proc.returncode == 128 + sig
+    assert err.strip().splitlines() == [f"mgg train: {word}"]
+    assert "TERMINATION" not in out  # mpiexec's failure banner: the ranks ended by an abort
     assert _left_over(job) == []
 
 

@@ -235,6 +235,10 @@ def test_distributed_cli_writes_the_same_shards_as_one_process(tmp_path, capsys)
     assert last_json(r.stdout)["fingerprints"] == one["fingerprints"]
     a, b = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ab")
     assert a["files"] == b["files"] and a["digests"] == b["digests"] and a["run"] != b["run"]
+    stored = len(np.load(cora)["indices"])  # the plans add self loops: the manifest keeps both
+    assert a["source"]["num_edges"] == b["source"]["num_edges"] == stored < a["num_edges"]
+    t = mpirun(3, "mgg", "train", "--dataset", tmp_path / "b", "--epochs", "1", "--json")
+    assert t.returncode == 0 and last_json(t.stdout)["num_edges"] == stored, t.stderr[-2000:]
     c = mpirun(3, "mgg", "check", tmp_path / "b", "--op", "all", "--repeat", "1", "--json")
     assert c.returncode == 0 and all(d["ok"] for d in last_json(c.stdout)["designs"].values())
     bad = mpirun(2, "mgg", "check", tmp_path / "b", "--repeat", "1")

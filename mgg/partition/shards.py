@@ -3,8 +3,8 @@
 Layout of ``DIR`` (format ``mgg-shards``, version 1)::
 
     manifest.json      sizes, bounds, ps, graph kind, the plans' fingerprint and per-rank
-                       digests, the source's checksum, node-data facts, and every file's
-                       size and blake2b hash
+                       digests, the source's checksum and edge count, node-data facts,
+                       and every file's size and blake2b hash
     rank-0000/         one folder per rank: shard.json (run id, rank) and .npy arrays,
       local_indptr.npy   the plan (t.* the transposed plan),
       x.npy | x.indptr.npy x.indices.npy x.data.npy,  y.npy, train_mask.npy, ...
