@@ -449,6 +449,7 @@ def _source(args) -> dict:
 
 def _partition_distributed(args, kind: str) -> int:
     from .backend import get_backend
+    from .graph.dataset import check_train_selects
     from .graph.formats.slices import read_edge_slice, read_node_rows
     from .partition import plan_stats
     from .partition.distributed import build_plan_distributed
@@ -456,6 +457,7 @@ def _partition_distributed(args, kind: str) -> int:
     from .progress import progress
 
     comm = get_backend("cpu").comm()  # first: from here on a failing rank aborts the job
+    _INPUT.append(args.graph)
     if args.np is not None and args.np != comm.size:
         raise ValueError(
             f"--np {args.np} but the job has {comm.size} ranks: --distributed partitions for "
@@ -487,6 +489,8 @@ def _partition_distributed(args, kind: str) -> int:
         bar.set_postfix_str("node data")
         stats = comm.allgather(plan.stats())
         rows = read_node_rows(args.graph, plan.lb, plan.ub, args.seed)
+        if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
+            check_train_selects(args.graph, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
         st = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}
         st["load_seconds"] = load_s
         bar.update()

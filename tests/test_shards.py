@@ -302,6 +302,17 @@ def test_distributed_errors_end_the_job_with_the_file_and_problem(tmp_path):
     r = mpirun(2, "mgg", "partition", h, "--distributed", timeout=120)
     assert r.returncode == 2 and "header.txt: node id 5 is >= 3" in r.stderr, r.stderr
     assert r.stderr.count("error:") == 1, r.stderr
+    g = Graph.from_edges(np.arange(40), (np.arange(40) + 1) % 40, 40)
+    e = tmp_path / "no_train.npz"  # each rank's rows may hold no train node; the whole must
+    train = np.arange(40) == 0
+    write_graph(Dataset("e", g, y=np.zeros(40, np.int64), train_mask=train, val_mask=~train), e)
+    np.savez(e, **{**np.load(e), "train_mask": np.zeros(40, bool)})
+    w = tmp_path / "negative.npz"
+    write_graph(Dataset("w", Graph(g.indptr, g.indices, -np.ones(40, np.float32))), w)
+    for path, problem in [(e, "the train mask selects no node"), (w, "40 of 80 edge weights")]:
+        r = mpirun(2, "mgg", "partition", path, "--distributed", "--out", tmp_path / "o")
+        assert r.returncode == 2 and f"{path}: {problem}" in r.stderr, r.stderr
+        assert not (tmp_path / "o").exists()
 
 
 def test_npz_slices_check_the_split_as_one_process_does(tmp_path):

@@ -180,8 +180,8 @@ def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> 
         return
     if given.get("train_mask") is None:
         raise GraphError(f"{name}: {' and '.join(given)} given without a train_mask")
-    if whole and not given["train_mask"].any():
-        raise GraphError(f"{name}: the train mask selects no node: nothing to learn from")
+    if whole:
+        check_train_selects(name, int(given["train_mask"].any()))
     keys = list(given)
     for i, a in enumerate(keys):
         for b in keys[i + 1 :]:
@@ -191,6 +191,12 @@ def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> 
                     f"{name}: {a} and {b} share {int(both.sum()):,} nodes (the first is node "
                     f"{offset + int(np.argmax(both))}): the splits must be disjoint"
                 )
+
+
+def check_train_selects(name: str, count: int) -> None:
+    """GraphError when the train mask selects ``count`` == 0 nodes (of the whole dataset)."""
+    if not count:
+        raise GraphError(f"{name}: the train mask selects no node: nothing to learn from")
 
 
 def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:
