@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 
@@ -100,7 +101,6 @@ def _interrupted(command: str, exit_now: bool = False) -> int:
     mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank aborts
     the job, skipping MPI_Finalize (which could wait on a peer still inside a collective);
     an abort, unlike a bare exit, ends the others without mpiexec's failure banner."""
-    import os
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -438,8 +438,6 @@ def cmd_partition(args) -> int:
 
 
 def _source(args) -> dict:
-    import os
-
     from .graph.formats.slices import source_checksum
 
     if os.path.exists(args.graph) or os.path.exists(args.graph + "_beg_pos.bin"):
@@ -463,8 +461,6 @@ def _partition_distributed(args, kind: str) -> int:
             f"--np {args.np} but the job has {comm.size} ranks: --distributed partitions for "
             "the job's ranks (mggrun -np P)"
         )
-    import os
-
     if not (os.path.isfile(args.graph) or os.path.isfile(args.graph + "_beg_pos.bin")):
         raise ValueError(
             f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or .npz); "
@@ -594,10 +590,12 @@ def cmd_tune(args) -> int:
     from .backend import get_backend
     from .errors import InputError
     from .tuner.search import Protocol
-    from .tuner.tune import tune, write_report
+    from .tuner.tune import report_folder, tune, write_report
 
     backend = get_backend(args.backend)
     comm = backend.comm()  # first: from here on a failing rank aborts the job
+    if comm.rank == 0:
+        report_folder(args.out)
     if args.repeat > args.max_repeat:
         raise InputError(f"--repeat {args.repeat} is more than --max-repeat {args.max_repeat}")
     if args.precision >= 1:
@@ -767,10 +765,15 @@ def cmd_train(args) -> int:
 def cmd_convert(args) -> int:
     import warnings
 
-    from .graph.formats import dropped_on_write, format_name, write_graph
+    from .graph.formats import check_folder, dropped_on_write, format_name, write_graph
     from .graph.specs import resolve
 
+    check_folder(args.output)
     t0 = time.perf_counter()
+    if all(map(os.path.exists, (args.input, args.output))) and os.path.samefile(
+        args.input, args.output
+    ):
+        raise ValueError(f"{args.output}: is the input itself: write to another path")
     ds = resolve(args.input)
     lost = dropped_on_write(ds, args.output)
     if lost:

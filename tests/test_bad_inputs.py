@@ -219,6 +219,30 @@ CASES = [
     # ---- convert, info ------------------------------------------------------------------
     ("convert-missing", ["convert", "{d}/nosuch.npz", "{d}/x.npz"], 2, r"nosuch.npz.*not an exist"),
     ("convert-no-out", ["convert", P], 2, r"the following arguments are required: output"),
+    (
+        "convert-onto-input",
+        ["convert", "{d}/no_train.npz", "{d}/./no_train.npz"],
+        2,
+        r"no_train.npz: is the input itself: write to another path",
+    ),
+    (
+        "tune-out-a-file",
+        ["tune", P, "--budget", "1", "--out", "{d}/no_train.npz"],
+        2,
+        r"no_train.npz: is a file, not a folder for the trace and heatmaps$",
+    ),
+    (
+        "check-outputs-a-file",
+        ["check", P, "--repeat", "1", "--outputs", "{d}/no_train.npz"],
+        2,
+        r"no_train.npz: is a file, not a folder for the designs' outputs$",
+    ),
+    (
+        "convert-no-folder",
+        ["convert", P, "{d}/nosuch/x.txt"],
+        2,
+        r"nosuch/x.txt: cannot write it: its folder does not exist$",
+    ),
     ("info-extra", ["info", "extra"], 2, r"unrecognized arguments: extra"),
     ("no-command", [], 2, r""),
     ("unknown-command", ["nosuch"], 2, r"invalid choice: 'nosuch'"),

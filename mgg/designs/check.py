@@ -9,14 +9,13 @@ slowest rank's, so every rank sees the same numbers and takes the same decisions
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 
 from ..backend import assign, get_backend, to_host
 from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
-from ..graph.formats import atomic_write
+from ..graph.formats import atomic_write, make_folder
 from ..kernels import OPS, reference
 from ..partition import PartitionPlan, build_plan
 from ..partition.shards import ShardedDataset
@@ -162,8 +161,7 @@ def check(
         "runs": [],
     }
     if outputs is not None and comm.rank == 0:
-        outputs = Path(outputs)
-        outputs.mkdir(parents=True, exist_ok=True)
+        outputs = make_folder(outputs, "the designs' outputs")
     for op in ops:
         if shard_plan is not None:
             g, plan = graph_root, shard_plan

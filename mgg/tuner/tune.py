@@ -15,7 +15,7 @@ from ..backend import assign, get_backend
 from ..designs import knobs_for
 from ..designs.check import sharded_plan, time_round_robin
 from ..graph.dataset import Dataset, random_features
-from ..graph.formats import atomic_write
+from ..graph.formats import atomic_write, make_folder
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
 from .model import Workload, default_space, rank_configs
@@ -157,13 +157,17 @@ def confirm_medians(contenders: dict, measure, rounds: int) -> dict:
     return {name: float(np.median(times[k])) for name, k in keys.items() if times[k]}
 
 
+def report_folder(out) -> Path:
+    """The folder of write_report, made (checked before a search, so it is not lost)."""
+    return make_folder(out, "the trace and heatmaps")
+
+
 def write_report(result: dict, out) -> tuple[Path, Path]:
     """The trace JSON and the heatmaps (Fig. 10) of a tune() result in folder ``out``, each
     written atomically."""
     from .plot import heatmaps
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = report_folder(out)
     stem = f"{result['graph']}-P{result['np']}-D{result['dim']}"
     trace = out / f"{stem}-trace.json"
     text = json.dumps({k: v for k, v in result.items() if k != "table"}, indent=1)

@@ -17,7 +17,7 @@ import os
 
 from ..core import Graph, GraphError
 from ..dataset import Dataset
-from ._common import BEG_SUFFIX, CSR_SUFFIX, atomic_write, stem
+from ._common import BEG_SUFFIX, CSR_SUFFIX, atomic_write, check_folder, make_folder, stem
 from .edgelist import read_edgelist, write_edgelist
 from .metis import read_metis, write_metis
 from .mgg_bin import _mgg_paths, read_mgg_bin, write_mgg_bin
@@ -41,6 +41,8 @@ __all__ = [
     "dropped_on_write",
     "format_name",
     "atomic_write",
+    "check_folder",
+    "make_folder",
 ]
 
 FORMAT_NAMES = {

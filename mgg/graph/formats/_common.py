@@ -59,6 +59,8 @@ def atomic_write(*paths):
         with atomic_write(path) as tmp:
             np.save(tmp, array)
     """
+    for p in paths:
+        check_folder(p)
     token = secrets.token_hex(4)
     tmps = []
     for p in map(os.fspath, paths):
@@ -77,12 +79,32 @@ def atomic_write(*paths):
         for tmp in tmps:
             with contextlib.suppress(FileNotFoundError):
                 os.remove(tmp)
+        if isinstance(e, OSError) and e.filename in tmps:  # name the user's file
+            user = os.fspath(paths[tmps.index(e.filename)])
+            raise type(e)(e.errno, f"cannot write it: {e.strerror}", user) from e
         msg = str(e)
         if isinstance(e, MggError) and any(tmp in msg for tmp in tmps):
             for tmp, p in zip(tmps, paths, strict=True):
                 msg = msg.replace(tmp, os.fspath(p))
             raise type(e)(msg) from e  # name the user's file, not the temporary one
         raise
+
+
+def check_folder(path) -> None:
+    """FileNotFoundError naming ``path`` when the folder it would be written in is missing."""
+    path = os.fspath(path)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise FileNotFoundError(2, "cannot write it: its folder does not exist", path)
+
+
+def make_folder(path, what: str) -> Path:
+    """``mkdir -p path``, the folder for ``what``; NotADirectoryError naming it when a file
+    is in the way."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(20, f"is a file, not a folder for {what}", str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _fsync(path: str) -> None:
