@@ -332,6 +332,30 @@ def test_bad_splits_and_binary_form(tmp_path):
     raises_at(lambda: read_ogb(root), "data.npz", "key 'edge_index'", r"\[0, 1\] = 7 is outside")
 
 
+def test_a_spec_chooses_the_split_and_options(tmp_path):
+    """DIR:split=NAME picks one of several split folders on the command line."""
+    import shutil
+
+    from mgg.errors import InputError
+
+    rng = np.random.default_rng(4)
+    src, dst = random_edges(rng, 8, 12)
+    root = ogb_dir(tmp_path, "two", src, dst, 8, labels=np.arange(8) % 2,
+                   split={"train": [0, 1], "valid": [2], "test": [3]})  # fmt: skip
+    other = root / "split" / "other"
+    shutil.copytree(root / "split" / "time", other)
+    gz(other / "train.csv.gz", "5\n6\n7\n")
+    raises_at(lambda: resolve(str(root)), root / "split", "2 split folders", ":split=NAME")
+    ds = resolve(f"{root}:split=other,undirected=1")
+    assert np.flatnonzero(ds.train_mask).tolist() == [5, 6, 7]
+    assert find_asymmetry(ds.graph) is None
+    assert np.flatnonzero(resolve(f"{root}:split=time").train_mask).tolist() == [0, 1]
+    for bad, why in [("split=nope", "no split 'nope'"), ("color=1", "bad option 'color=1'"),
+                     ("undirected=yes", "undirected takes one of 0, 1")]:  # fmt: skip
+        with pytest.raises((GraphError, InputError), match=why):
+            resolve(f"{root}:{bad}")
+
+
 def test_heterogeneous_directories_are_refused(tmp_path):
     raw = tmp_path / "mag_like" / "raw"
     gz(raw / "num-node-dict.csv.gz", "author,paper\n3,4\n")

@@ -25,11 +25,15 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     has none); ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
     ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
     path of an existing file, the prefix of ``*_beg_pos.bin`` or an OGB dataset directory
-    (read by ``mgg.graph.formats.read_dataset``; an existing file wins over a name).
+    (read by ``mgg.graph.formats.read_dataset``; an existing file wins over a name), the
+    directory with options ``DIR:split=NAME,undirected=0|1,edge_feat=mean|skip|auto``.
     Unknown names or keys raise ValueError listing the valid ones.
     """
     if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX) or is_ogb_dir(spec):
         return read_dataset(spec)
+    folder, colon, options = spec.rpartition(":")
+    if colon and is_ogb_dir(folder):
+        return read_dataset(folder, **_ogb_options(options, spec))
     name, _, rest = spec.partition(":")
     name = name.strip().lower()
     kv = _parse_kv(rest, spec)
@@ -69,6 +73,30 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         f"unknown graph {spec!r}: not an existing file, and not one of "
         f"{', '.join(STANDINS)}, rmat, planted"
     )
+
+
+_OGB_OPTIONS = {
+    "split": None,
+    "undirected": {"0": False, "1": True},
+    "edge_feat": {v: v for v in ("mean", "skip", "auto")},
+}
+
+
+def _ogb_options(text: str, spec: str) -> dict:
+    """read_ogb's keyword arguments from ``split=NAME,undirected=0|1,edge_feat=...``."""
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        key, eq, val = (t.strip() for t in item.partition("="))
+        if not eq or key not in _OGB_OPTIONS:
+            raise InputError(
+                f"{spec}: bad option {item!r} for an OGB directory; options: "
+                "split=NAME, undirected=0|1, edge_feat=mean|skip|auto"
+            )
+        values = _OGB_OPTIONS[key]
+        if values is not None and val not in values:
+            raise InputError(f"{spec}: {key} takes one of {', '.join(values)}, got {val!r}")
+        out[key] = val if values is None else values[val]
+    return out
 
 
 def _parse_kv(text: str, spec: str) -> dict[str, float]:

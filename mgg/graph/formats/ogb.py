@@ -168,6 +168,8 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
             meta=meta,
         )
     except GraphError as e:
+        if str(e).startswith(f"{root}:"):  # root is the dataset's name too
+            raise
         raise GraphError(f"{root}: {e}") from e
 
 
@@ -389,7 +391,7 @@ def _read_split(root, n, info, split):
         else:
             raise GraphError(
                 f"{sdir}: {len(found)} split folders ({', '.join(found) or 'none'}): "
-                "choose one with split="
+                f"choose one ({root}:split=NAME on the command line, split=NAME in Python)"
             )
     elif split not in found:
         raise GraphError(f"{sdir}: no split {split!r} (found: {', '.join(found) or 'none'})")
