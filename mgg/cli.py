@@ -769,11 +769,11 @@ def cmd_convert(args) -> int:
     from .graph.specs import resolve
 
     check_folder(args.output)
-    t0 = time.perf_counter()
     if all(map(os.path.exists, (args.input, args.output))) and os.path.samefile(
         args.input, args.output
     ):
         raise ValueError(f"{args.output}: is the input itself: write to another path")
+    t0 = time.perf_counter()
     ds = resolve(args.input)
     lost = dropped_on_write(ds, args.output)
     if lost:
