@@ -397,6 +397,12 @@ def test_mgg_tune_without_confirmation_reports_the_grid_medians(tmp_path, capsys
     }
     assert res["vs_exhaustive"] >= 1.0 and res["model_guess_vs_exhaustive"] >= 1.0
     assert res["default_latency_s"] >= res["exhaustive_best_latency_s"]
+    # without the grid: only what the search measured (the default may not be)
+    args = ["tune", "rmat:scale=8,ef=4", "--budget", "2", "--confirm", "0"]
+    assert main([*args, "--out", str(tmp_path), "--json"]) == 0
+    res = last_json(capsys.readouterr().out)
+    assert set(res["confirmed_latency_s"]) == {"start", "tuned"}
+    assert res["default_latency_s"] is None and "vs_exhaustive" not in res
 
 
 @pytest.mark.mpi

@@ -134,8 +134,8 @@ def tune(
         contenders["exhaustive_best"] = grid.best
     confirmed = confirm_medians(contenders, measure, confirm)
     if not confirmed:  # --confirm 0: the medians already measured (the grid's, if any)
-        confirmed = {k: table[tuple(c.values())] for k, c in contenders.items()}
-        confirmed = {k: v for k, v in confirmed.items() if k in ("start", "tuned") or full_grid}
+        names = contenders if full_grid else ("start", "tuned")  # what the search measured
+        confirmed = {k: table[tuple(contenders[k].values())] for k in names}
     result["confirmed_latency_s"] = confirmed
     result["default_latency_s"] = confirmed.get("default")
     if full_grid:
