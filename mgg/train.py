@@ -470,7 +470,7 @@ class Trainer:
         for note in checkpoint.restore_knobs(self.g, meta):
             if self.log:
                 self.log(f"checkpoint {path}: {note}")
-        self._resumed_from = path
+        self._resumed_from = path if epochs is None else None  # else checked already
 
 
 def metric(value) -> str:

@@ -362,3 +362,9 @@ def test_check_job_small_dataset():
     assert 400 < mb < 1000
     assert check_job(ds, 2, "check", dim=16) > 400
     assert check_job(ds, 2, "partition") > 400
+    # the dataset's and the model's facts reach the estimate (the baseline alone is 440 MB)
+    assert check_job(ds, 2, "train", model=MODELS["gcn"], hidden=4096) > mb + 10
+    assert check_job(ds, 2, "train", model=MODELS["gat"]) > mb
+    assert check_job(ds, 2, "check", dim=4096) > check_job(ds, 2, "check", dim=16) + 10
+    bigger = resolve("planted:nodes=50000,classes=3,features=64")
+    assert check_job(bigger, 2, "train", model=MODELS["gcn"]) > mb + 10

@@ -13,7 +13,16 @@ import scipy.sparse as sp
 from ..memory import require
 from .core import Graph, GraphError
 
-__all__ = ["MASKS", "Dataset", "NodeRows", "check_split", "make_split", "random_features"]
+__all__ = [
+    "MASKS",
+    "Dataset",
+    "NodeRows",
+    "check_split",
+    "default_split",
+    "given_split",
+    "make_split",
+    "random_features",
+]
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -112,15 +121,15 @@ class Dataset:
                         f"{self.name}: multi-label targets need a split: give train, val "
                         "and test masks"
                     )
-                require(24 * self.num_classes, f"labels up to {self.num_classes - 1:,}", self.name)
-                masks = make_split(self.y, int(self.num_classes), 20, 30, seed=seed)
-                notes = "split: 20 train / 30 val per class (seeded), the rest test"
+                what = f"labels up to {self.num_classes - 1:,}"
+                masks, notes = default_split(
+                    self.y, self.num_classes, lb, ub, seed, self.name, what
+                )
             else:
-                masks = tuple(getattr(self, k) for k in MASKS)
-                missing = [k.split("_")[0] for k in MASKS if getattr(self, k) is None]
-                if missing:
-                    notes = f"no {' or '.join(missing)} mask: its metric is null"
-            masks = tuple(np.zeros(ub - lb, bool) if m is None else m[lb:ub] for m in masks)
+                given = (getattr(self, k) for k in MASKS)
+                masks, notes = given_split(
+                    [None if m is None else m[lb:ub] for m in given], ub - lb
+                )
         return NodeRows(
             None if self.x is None else self.x[lb:ub],
             None if self.y is None else self.y[lb:ub],
@@ -191,6 +200,23 @@ def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> 
                     f"{name}: {a} and {b} share {int(both.sum()):,} nodes (the first is node "
                     f"{offset + int(np.argmax(both))}): the splits must be disjoint"
                 )
+
+
+def default_split(y, num_classes: int, lb: int, ub: int, seed: int, source, what: str):
+    """(rows lb..ub-1 of make_split's masks, the note saying so) for labels ``y`` [N] with
+    no split of their own; ``what`` names the labels in a ResourceError (make_split
+    counts per class)."""
+    require(24 * num_classes, what, source)
+    masks = tuple(m[lb:ub] for m in make_split(y, int(num_classes), 20, 30, seed=seed))
+    return masks, "split: 20 train / 30 val per class (seeded), the rest test"
+
+
+def given_split(masks, n: int) -> tuple[tuple, str]:
+    """(a given split's rows, MASKS order, an absent mask as n empty rows; the note naming
+    the absent ones, whose metrics are then null)."""
+    missing = [k.split("_")[0] for k, m in zip(MASKS, masks, strict=True) if m is None]
+    notes = f"no {' or '.join(missing)} mask: its metric is null" if missing else ""
+    return tuple(np.zeros(n, bool) if m is None else m for m in masks), notes
 
 
 def check_train_selects(name: str, count: int) -> None:

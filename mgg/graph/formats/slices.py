@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from ...memory import require
 from ..core import GraphError
-from ..dataset import MASKS, NodeRows, check_split, make_split
+from ..dataset import MASKS, NodeRows, check_split, default_split, given_split
 from . import _format
 from ._common import BOM, MAX_ID, err, stem
 from .edgelist import _CHUNK_BYTES, _LineError, _parse_chunk, _peek, _Spec
@@ -360,13 +360,10 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
             if set(MASKS) & names:
                 masks = tuple(_mask_rows(z, path, k, n, lb, ub) for k in MASKS)
                 check_split(path, dict(zip(MASKS, masks, strict=True)), lb, whole=False)
-                masks = tuple(np.zeros(ub - lb, bool) if m is None else m for m in masks)
-                missing = [k.split("_")[0] for k in MASKS if k not in names]
-                notes = f"no {' or '.join(missing)} mask: its metric is null" if missing else ""
+                masks, notes = given_split(masks, ub - lb)
             else:
-                require(24 * num_classes, f"key 'y': {num_classes:,} classes' split", path)
-                masks = tuple(m[lb:ub] for m in make_split(y_all, num_classes, 20, 30, seed))
-                notes = "split: 20 train / 30 val per class (seeded), the rest test"
+                what = f"key 'y': {num_classes:,} classes' split"
+                masks, notes = default_split(y_all, num_classes, lb, ub, seed, path, what)
     name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
     return NodeRows(x, y, masks, num_classes, name, notes)
 
