@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from .comm.mpi import WINDOWS
 from .memory import peak_rss_mb
 
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
@@ -24,6 +25,10 @@ GRAPH = (
     "reddit|enwiki|products|proteins|orkut[:scale=S], rmat:scale=K,ef=F, planted:nodes=N,classes=C"
 )
 DIST = "interleaving distance (cpu: fetch batches in flight; cuda: partitions per warp)"
+WINDOW = (
+    "how peers' rows reach a rank (MPI backend): shm (loads, one node), rma (one-sided "
+    "gets), msg (two-sided messages); auto: shm on one node, else msg; check: or 'all'"
+)
 REMOTE = "CUDA peer reads: loads via nvshmem_ptr (p2p), device gets (get), p2p if all map (auto)"
 PART_MODEL = (
     "the graph the plans are of: a model's (gcn, sage, gin, gat) or a graph kind (as_is, "
@@ -156,12 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ps", type=_integer(1), default=16, help="neighbor partition size")
     s.add_argument("--dist", type=_integer(1), default=4, help=DIST)
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
-    s.add_argument(
-        "--window",
-        choices=["auto", "shm", "rma", "all"],
-        default="auto",
-        help="auto|shm|rma, or 'all' (MPI backend)",
-    )
+    s.add_argument("--window", choices=["auto", *WINDOWS, "all"], default="auto", help=WINDOW)
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     s.add_argument("--mode", choices=["auto", "p2p", "get"], default="auto", help=REMOTE)
     s.add_argument("--repeat", type=_integer(1), default=5, help="timed runs per design (median)")
@@ -247,7 +247,7 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--ps", type=_integer(1), default=None, help="neighbor partition size (16)")
     s.add_argument("--dist", type=_integer(1), default=4, help=DIST)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
-    s.add_argument("--window", choices=["auto", "shm", "rma"], default="auto")
+    s.add_argument("--window", choices=["auto", *WINDOWS], default="auto", help=WINDOW)
     s.add_argument("--eval-every", type=_integer(0), default=eval_every, help="0: only at the end")
     s.add_argument("--checkpoint-dir", default=None)
     s.add_argument(
@@ -556,7 +556,7 @@ def cmd_check(args) -> int:
         comm,
         ops=list(OPS) if args.op == "all" else args.op.split(","),
         names=None if args.designs == "all" else args.designs.split(","),
-        windows=["shm", "rma"] if args.window == "all" else [args.window],
+        windows=[args.window],
         dim=args.dim,
         ps=args.ps,
         dist=args.dist,

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from .backend import Backend, assign, get_backend
+from .comm.mpi import WINDOWS
 from .designs import knobs_for
 from .designs.halo import EdgeTranspose, HaloExchange
 from .errors import InputError
@@ -23,19 +24,22 @@ from .hashing import key64
 from .kernels import aggregate
 from .partition import PartitionPlan, build_plan
 
-KNOBS = ("ps", "dist", "threads", "wpb")  # what configure() and the tuner set
+KNOBS = ("ps", "dist", "threads", "wpb", "window")  # what configure() and the tuner set
 
 
 def check_config(config) -> dict:
-    """``config`` if it is a dict of knobs in KNOBS with positive integer values (or
-    None); else InputError saying which key or value is wrong."""
+    """``config`` if it is a dict of knobs in KNOBS with positive integer values (window:
+    'shm', 'rma' or 'msg'), or None; else InputError saying which key or value is wrong."""
     if not isinstance(config, dict):
         raise InputError(f'a configuration is a JSON object like {{"ps": 32}}, got {config!r}')
     bad = sorted(set(config) - set(KNOBS))
     if bad:
         raise InputError(f"unknown configuration key {bad[0]!r}: the knobs are {', '.join(KNOBS)}")
     for knob, value in config.items():
-        if value is not None and (
+        if knob == "window":
+            if value is not None and value not in WINDOWS:
+                raise InputError(f"window must be one of {', '.join(WINDOWS)}, got {value!r}")
+        elif value is not None and (
             isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
         ):
             raise InputError(f"{knob} must be a positive integer, got {value!r}")
@@ -160,7 +164,8 @@ class DistGraph:
 
     @property
     def config(self) -> dict:
-        """The tunable knobs in force: ps, dist and threads (cpu) or wpb (cuda)."""
+        """The tunable knobs in force: ps, dist and threads and window (cpu, with peers)
+        or wpb (cuda)."""
         import numba
 
         out = {"ps": self.plan.ps, "dist": int(self.knobs.get("dist", 4))}
@@ -168,7 +173,18 @@ class DistGraph:
             out["wpb"] = int(self.knobs.get("wpb", 4))
         else:
             out["threads"] = numba.get_num_threads()
+            if self.comm is not None and self.size > 1 and "window" in self.design_cls.knobs:
+                out["window"] = self.knobs.get("window") or self.comm.window
         return out
+
+    @property
+    def window_choices(self) -> tuple[str, ...]:
+        """The windows worth measuring against each other for this job's design (none
+        on one node, where shm's loads beat any copy; msg and rma across nodes)."""
+        if self.comm is None or self.size == 1 or "window" not in self.design_cls.knobs:
+            return ()
+        takes = getattr(self.design_cls, "windows", WINDOWS)
+        return tuple(w for w in self.comm.window_choices if w in takes)
 
     def configure(self, **config) -> None:
         """Collective: switch to another configuration of the knobs ``KNOBS`` (the
@@ -176,7 +192,7 @@ class DistGraph:
         neighbor partitions and the designs are rebuilt."""
         import numba
 
-        ps, dist, threads, wpb = (check_config(config).get(k) for k in KNOBS)
+        ps, dist, threads, wpb, window = (check_config(config).get(k) for k in KNOBS)
         if threads is not None:
             if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
                 raise InputError(
@@ -189,7 +205,17 @@ class DistGraph:
                     f"{knob} is not a knob of the {self.design} design of the "
                     f"{self.backend.name} backend"
                 )
-        knobs = {**self.knobs, **knobs_for(self.design_cls, {"dist": dist, "wpb": wpb})}
+        if window is not None:
+            if "window" not in self.design_cls.knobs or self.comm is None:
+                raise InputError(f"the {self.design} design of this job takes no window")
+            if window not in getattr(self.design_cls, "windows", WINDOWS):
+                raise InputError(f"the {self.design} design takes no window {window!r}")
+            if window == "shm" and not getattr(self.comm, "single_node", True):
+                raise InputError("window shm needs every rank on one node")
+            if window == self.comm.window and "window" not in self.knobs:
+                window = None  # the comm's own: the designs already open are it
+        new = {"dist": dist, "wpb": wpb, "window": window}
+        knobs = {**self.knobs, **knobs_for(self.design_cls, new)}
         if (ps is None or ps == self.plan.ps) and knobs == self.knobs:
             return  # the designs already open are this configuration's
         self.free()

@@ -399,7 +399,15 @@ class Trainer:
         slowest rank's time, as every measurement in mgg.designs.check), within
         ``tune_budget`` epochs; from the model's guess unless ``tune_start`` is given."""
         from .designs.check import slowest
-        from .tuner import Protocol, Workload, default_space, model_table, rank_configs, search
+        from .tuner import (
+            Protocol,
+            Workload,
+            choose_window,
+            default_space,
+            model_table,
+            rank_configs,
+            search,
+        )
 
         dev = self.g.backend.device()
         space = self.tune_space or default_space(dev)
@@ -419,12 +427,18 @@ class Trainer:
         work = Workload.of(self.g.plan, width)
         ranked = rank_configs(space, work, dev, "p2p" if self.g.backend.gpu else "get")
         # epochs are dear: fewer samples each (three: the run's first epoch is slow)
+        budget, rounds = min(self.tune_budget, epochs - self.epoch), 3
+        window = window_latency = None
+        choices = self.g.window_choices
+        if len(choices) > 1 and len(choices) * rounds < budget:  # across nodes: measure
+            window, window_latency = choose_window(choices, {}, measure, rounds)
+            self.g.configure(window=window)
+            budget -= len(choices) * rounds
+            if self.log:
+                times = ", ".join(f"{w} {t * 1e3:.1f} ms" for w, t in window_latency.items())
+                self.log(f"window {window} ({times} a step)")
         protocol = Protocol(
-            min_samples=3,
-            max_samples=5,
-            max_configs=10,
-            final_rounds=1,
-            budget=min(self.tune_budget, epochs - self.epoch),
+            min_samples=rounds, max_samples=5, max_configs=10, final_rounds=1, budget=budget
         )
         res = search(
             space,
@@ -435,6 +449,8 @@ class Trainer:
         )
         self.g.configure(**res.best)
         self.tuning = res.to_json()
+        if window:
+            self.tuning.update(window=window, window_latency_s=window_latency)
         if self.log:
             self.log(
                 f"tuned {res.best} in {res.samples} steps over {res.measured} configurations: "

@@ -32,7 +32,8 @@ from mgg.tuner import (
     search,
 )
 from mgg.tuner.plot import heatmaps
-from mgg.tuner.tune import confirm_medians, fresh_sample
+from mgg.tuner.search import confirm_medians
+from mgg.tuner.tune import fresh_sample
 
 
 def main():

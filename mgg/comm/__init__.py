@@ -30,17 +30,36 @@ def get_comm(transport: str = "mpi", **kw) -> Comm:
     return _world[key]
 
 
+def _mpi_world():
+    """MPI_COMM_WORLD when MPI is up but no comm was made (one failed to come up)."""
+    import sys
+
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is None or not MPI.Is_initialized() or MPI.Is_finalized():
+        return None
+    return MPI.COMM_WORLD
+
+
 def job_rank() -> int:
-    """This process's rank in its multi-rank job (0 when alone or before a comm exists)."""
-    return next((c.rank for c in _world.values() if c.size > 1), 0)
+    """This process's rank in its multi-rank job (0 when alone or before MPI is up)."""
+    rank = next((c.rank for c in _world.values() if c.size > 1), None)
+    if rank is None:
+        world = _mpi_world()
+        rank = world.Get_rank() if world is not None else 0
+    return rank
 
 
 def abort_job(code: int) -> None:
     """In a multi-rank job, take every rank down (a failing rank would otherwise leave
     its peers waiting in a collective). Does nothing in a job of one rank."""
-    for comm in _world.values():
-        if comm.size > 1:
-            comm.abort(code)
+    comms = [c for c in _world.values() if c.size > 1]
+    for comm in comms:
+        comm.abort(code)
+    world = None if comms else _mpi_world()
+    if world is not None and world.Get_size() > 1:
+        from .mpi import abort
+
+        abort(world, code)
 
 
 def finalize() -> None:

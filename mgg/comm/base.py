@@ -9,7 +9,8 @@ import numpy as np
 class Comm:
     """rank, size, collectives on small host arrays, and symmetric allocation.
 
-    ``window``: the default SymmetricArray mode ('shm', 'rma'); ``device_memory``: whether
+    ``window``: the default SymmetricArray mode ('shm', 'rma', 'msg'), ``window_choices``
+    those a tuner measures against each other here; ``device_memory``: whether
     symmetric arrays live on the GPU (NVSHMEM), where ``peer_pointers`` gives every PE's
     address of an array and ``unreachable`` the peers that loads cannot reach, and why.
     """
@@ -19,6 +20,7 @@ class Comm:
     window: str = "rma"
     device_memory: bool = False
     unreachable: dict[int, str] = {}
+    window_choices: tuple[str, ...] = ()  # the windows a tuner measures against each other
 
     def barrier(self) -> None:
         raise NotImplementedError

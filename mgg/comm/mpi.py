@@ -1,10 +1,12 @@
 """The MPI backend of mgg.comm: symmetric arrays in MPI windows (CPU).
 
-Two window modes:
+Three modes ("windows") of how a peer's rows reach a rank:
   shm  MPI_Win_allocate_shared on one node: every peer's rows are plain memory, read
        with loads (the CPU twin of nvshmem_ptr). Needs all ranks on one node.
   rma  MPI_Win_allocate with a passive-target epoch held open: rows are read with
        MPI_Rget of indexed datatypes, one call per batch of rows. Crosses nodes.
+  msg  no window: the array is private, and its owner sends the rows peers need as
+       two-sided messages (mgg.designs.push). Crosses nodes; the default there.
 """
 
 from __future__ import annotations
@@ -108,8 +110,12 @@ def check_world_size(size: int, asked: str | None, MPI=None) -> None:
     )
 
 
+WINDOWS = ("shm", "rma", "msg")
+
+
 class MPIComm(Comm):
-    """mgg.comm over mpi4py. ``window``: 'shm', 'rma' or 'auto' (shm when on one node)."""
+    """mgg.comm over mpi4py. ``window``: 'shm', 'rma', 'msg' or 'auto' (shm when on one
+    node, else msg: the faster across nodes in bench/results/network_designs.md)."""
 
     def __init__(self, comm=None, window: str = "auto"):
         MPI = _mpi()
@@ -121,11 +127,17 @@ class MPIComm(Comm):
             check_world_size(self.size, os.environ.get("MGG_NP"), MPI)
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.single_node = self.comm.allreduce(self.node.Get_size()) == self.size**2
-        if window not in ("auto", "shm", "rma"):
-            raise ValueError(f"window must be 'auto', 'shm' or 'rma', got {window!r}")
+        if window not in ("auto", *WINDOWS):
+            raise ValueError(f"window must be 'auto', 'shm', 'rma' or 'msg', got {window!r}")
         if window == "shm" and not self.single_node:
-            raise ValueError("window='shm' needs every rank on one node; use 'rma' or 'auto'")
-        self.window = ("shm" if self.single_node else "rma") if window == "auto" else window
+            nodes = self.comm.allreduce(int(self.node.Get_rank() == 0))
+            raise ValueError(
+                f"--window shm needs every rank on one node, and this job's {self.size} "
+                f"ranks are on {nodes}; use --window msg, rma or auto"
+            )
+        self.window = ("shm" if self.single_node else "msg") if window == "auto" else window
+        # one node: shm's loads beat any copy; across nodes, measure
+        self.window_choices = () if self.single_node else ("msg", "rma")
         unlink_node_segment(self.node)
         install_abort_handler(self.comm)
 
@@ -173,9 +185,36 @@ class MPIComm(Comm):
                 f"symmetric arrays must have the same shape on every rank, got {sorted(set(sizes))}"
             )
         mode = window or self.window
+        if mode not in WINDOWS:
+            raise ValueError(f"window must be 'shm', 'rma' or 'msg', got {mode!r}")
         if mode == "shm" and not self.single_node:
             raise ValueError("window='shm' needs every rank on one node")
+        if mode == "msg":
+            return PrivateArray(rows, dim, np.dtype(dtype))
         return MPISymmetricArray(self, rows, dim, np.dtype(dtype), mode)
+
+    def dup(self):
+        """A duplicate of the job's communicator, for messages of one design alone."""
+        return self.comm.Dup()
+
+
+class PrivateArray(SymmetricArray):
+    """The 'msg' mode: a plain [rows, dim] array that no peer reads; its owner sends."""
+
+    mode = "msg"
+
+    def __init__(self, rows: int, dim: int, dtype: np.dtype):
+        self.rows, self.dim, self.dtype = rows, dim, dtype
+        self.local = np.empty((rows, dim), dtype)
+
+    def publish(self) -> None:
+        """Nothing to publish: the owner's messages carry the rows."""
+
+    def selection(self, pe, rows, slots=None):
+        raise ValueError("window 'msg' has no one-sided gets: use window 'shm' or 'rma'")
+
+    def free(self) -> None:
+        self.local = None
 
 
 class RowSelection:

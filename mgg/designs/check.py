@@ -125,15 +125,17 @@ def check(
     seed: int = 0,
     outputs=None,
 ) -> dict:
-    """``mgg check``: every design of ``backend`` on every op (and MPI window), each
-    verified against scipy on rank 0 and timed. Features are random_features(seed).
+    """``mgg check``: every design of ``backend`` on every op (and MPI window: 'auto',
+    'shm', 'rma', 'msg', or 'all' of them this job can use; each design on the windows it
+    takes), each verified against scipy on rank 0 and timed. Features are
+    random_features(seed).
 
     returns {"graph", "np", "dim", "ps", "dist", "backend", "designs": {name: {ok,
     seconds, window}} (best window), "runs": [...]}; with ``outputs`` (a folder), rank 0
     saves every gathered [N, D] output there as DESIGN-OP-WINDOW.npy
     """
     backend = get_backend(backend)
-    names = list(names or backend.designs())
+    asked, names = names is not None, list(names or backend.designs())
     for bad in [o for o in ops if o not in OPS] + [n for n in names if n not in backend.designs()]:
         raise ValueError(
             f"unknown op or design {bad!r}; ops: {', '.join(OPS)}; "
@@ -141,8 +143,16 @@ def check(
         )
     if backend.gpu:
         windows = ["device"]
+    elif "all" in windows:
+        windows = [w for w in ("shm", "rma", "msg") if w != "shm" or comm.single_node]
     else:
         windows = [comm.window if w == "auto" else w for w in windows]
+        for name in names if asked else ():
+            takes = getattr(backend.design(name), "windows", windows)
+            if not set(windows) & set(takes):
+                raise ValueError(
+                    f"the {name} design takes window {' or '.join(takes)}, not {windows[0]}"
+                )
     shard_plan = graph_root = None
     if isinstance(dataset, ShardedDataset):
         shard_plan = sharded_plan(dataset, comm, "gcn" in ops).with_ps(ps)
@@ -174,8 +184,9 @@ def check(
             ref = reference.aggregate(g, random_features(seed, 0, g.num_nodes, dim), op, eps=EPS)
         for window in windows:
             knobs = {"dist": dist, "mode": mode, "window": None if backend.gpu else window}
+            takes = [n for n in names if window in getattr(backend.design(n), "windows", [window])]
             runs, outs = verify_and_time(
-                backend, comm, names, plan, x, op, ref=ref, repeat=repeat, knobs=knobs
+                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=knobs
             )
             for run in runs:
                 run["window"] = window

@@ -4,6 +4,9 @@
   rma window  each remote row is fetched once (the halo) in batches of RNPs, with
               ``dist`` batches in flight, while the LNPs of the same step are aggregated;
               each batch is aggregated as soon as it lands.
+  msg window  the same batches, but pushed: their owners send them as two-sided
+              messages, ``dist`` batches ahead (mgg.designs.push), for networks where
+              one-sided gets wait on the target.
 
 On the CPU, ``dist`` is the number of fetch batches in flight; on the GPU it is the
 number of partitions of each kind per warp (mgg.designs.cuda). Both are the paper's
@@ -19,17 +22,24 @@ import numpy as np
 
 from ..kernels import cpu
 from .base import Design
+from .push import Pushes
 
 
 class CpuDesign(Design):
-    """A CPU design: the input in an MPI window (``window``: 'shm' or 'rma'; default the
-    comm's choice) and the numba kernels."""
+    """A CPU design: the input in an MPI window (``window``: one of ``windows``; default
+    the comm's choice) and the numba kernels."""
 
     knobs = ("window",)
+    windows = ("shm", "rma", "msg")
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window: str | None = None):
         super().__init__(plan, comm, dim, dtype)
-        self.symmetric_input(**({"window": window} if window else {}))
+        window = window or comm.window
+        if window not in self.windows:
+            raise ValueError(
+                f"the {self.name} design takes window {' or '.join(self.windows)}, not {window!r}"
+            )
+        self.symmetric_input(window=window)
         self.in_degrees = plan.in_degrees()
 
     def weights(self, op: str, which: str):
@@ -99,7 +109,6 @@ class Pipelined(CpuDesign):
         nb = max(1, -(-p.rnp_node.size // batch_rnp))
         self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
         self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
-        self.staging = np.empty((p.num_halo, self.dim), self.dtype)
         # rows first used by batch b are halo slots [first_new[b], first_new[b+1]),
         # because the halo is in order of first use
         ends = p.rnp_ptr[self.rnp_cuts]
@@ -108,6 +117,11 @@ class Pipelined(CpuDesign):
             cummax = np.maximum.accumulate(p.remote_slot.astype(np.int64))
             first_new[1:] = np.where(ends[1:] > 0, cummax[np.maximum(ends[1:] - 1, 0)] + 1, 0)
         self.batches = []
+        self.pushes = None
+        if self.buffer.mode == "msg":
+            self.pushes = Pushes(p, comm, first_new, self.dim, self.dtype)
+            return
+        self.staging = np.empty((p.num_halo, self.dim), self.dtype)
         for b in range(nb):
             slots = np.arange(first_new[b], first_new[b + 1])
             pes = p.halo_pe[slots]
@@ -128,6 +142,9 @@ class Pipelined(CpuDesign):
                 self.count(p.num_halo)  # read in place: each peer row at least once
             cpu.finalize(op, self.in_degrees, out)
             return
+        if self.pushes is not None:
+            self._run_pushed(op, out)
+            return
         nb = len(self.batches)
         pending = [self._issue(b) for b in range(min(self.dist, nb))]
         for b in range(nb):
@@ -141,6 +158,32 @@ class Pipelined(CpuDesign):
             self.remote(
                 op, self.rnp_cuts[b], self.rnp_cuts[b + 1], p.remote_slot, self.staging, out
             )
+        cpu.finalize(op, self.in_degrees, out)
+
+    def _run_pushed(self, op, out):
+        """The msg window: post every receive, push ``dist`` steps ahead of the local
+        slices (each send also drives MPI's progress), then aggregate each batch in
+        order as it lands (in order: the sums then do not depend on arrival times)."""
+        p, push, mpi = self.plan, self.pushes, self.pushes.mpi
+        nb = self.lnp_cuts.size - 1
+        recvs = push.post_receives()
+        sends = [r for s in range(self.dist) for r in push.send_step(s, self.x)]
+        for b in range(nb):
+            self.local(op, self.lnp_cuts[b], self.lnp_cuts[b + 1], out)
+            sends += push.send_step(b + self.dist, self.x)
+        for s in range(nb + self.dist, push.steps):
+            sends += push.send_step(s, self.x)
+        for b in range(nb):
+            t0 = time.perf_counter()
+            mpi.Request.Waitall(recvs[b])
+            self.stats["wait_seconds"] += time.perf_counter() - t0
+            self.remote(
+                op, self.rnp_cuts[b], self.rnp_cuts[b + 1], push.remote_index, push.staging, out
+            )
+        self.count(p.num_halo)
+        t0 = time.perf_counter()
+        mpi.Request.Waitall(sends)
+        self.stats["wait_seconds"] += time.perf_counter() - t0
         cpu.finalize(op, self.in_degrees, out)
 
     def _issue(self, b):
@@ -157,4 +200,7 @@ class Pipelined(CpuDesign):
             for sel in batch:
                 sel.free()
         self.batches = []
+        if getattr(self, "pushes", None) is not None:
+            self.pushes.free()
+            self.pushes = None
         super().free()

@@ -18,6 +18,7 @@ class Direct(CpuDesign):
 
     name = "direct"
     knobs = ("window", "block_nodes")
+    windows = ("shm", "rma")  # per-edge gets: the msg window has none
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, block_nodes: int = 32):
         super().__init__(plan, comm, dim, dtype, window=window)

@@ -242,3 +242,16 @@ def _divide_rows(out, deg):
             inv = 1.0 / deg[i]
             for j in range(out.shape[1]):
                 out[i, j] *= inv
+
+
+def gather_rows(x: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """out[i] = x[rows[i]]: x [n, D], rows int [m], out [m, D] (C-contiguous), packing the
+    rows peers need into one send buffer."""
+    if rows.size and x.shape[1]:
+        _gather_rows(x, rows, out)
+
+
+@numba.njit(cache=True, parallel=True)
+def _gather_rows(x, rows, out):
+    for i in numba.prange(rows.size):
+        out[i, :] = x[rows[i], :]

@@ -11,7 +11,15 @@ from ..kernels.cuda.occupancy import (
     smem_bytes,
 )
 from .model import cpu_device, default_space, estimate_cpu, rank_configs
-from .search import Protocol, SearchResult, exhaustive, model_guess, model_table, search
+from .search import (
+    Protocol,
+    SearchResult,
+    choose_window,
+    exhaustive,
+    model_guess,
+    model_table,
+    search,
+)
 
 __all__ = [
     "Device",
@@ -27,6 +35,7 @@ __all__ = [
     "rank_configs",
     "default_space",
     "search",
+    "choose_window",
     "exhaustive",
     "model_guess",
     "model_table",

@@ -405,3 +405,24 @@ def model_guess(ranked: list) -> dict:
 def model_table(ranked: list) -> dict:
     """{config values: predicted seconds, inf where infeasible} from model.rank_configs."""
     return {tuple(cfg.values()): (est.latency if est.feasible else math.inf) for cfg, est in ranked}
+
+
+def confirm_medians(contenders: dict, measure, rounds: int) -> dict:
+    """{name: median seconds} of each named configuration, the distinct ones measured
+    round-robin ``rounds`` times (names sharing a configuration share its numbers)."""
+    keys = {name: tuple(cfg.items()) for name, cfg in contenders.items()}
+    times = {k: [] for k in dict.fromkeys(keys.values())}
+    for _ in range(rounds):
+        for k in times:
+            times[k].append(measure(dict(k)))
+    return {name: float(np.median(times[k])) for name, k in keys.items() if times[k]}
+
+
+def choose_window(choices, cfg: dict, measure, rounds: int) -> tuple[str | None, dict | None]:
+    """The fastest of the windows ``choices`` (how peers' rows travel: mgg.comm.mpi) at
+    configuration ``cfg``, measured round-robin ``rounds`` times: (window, {window: median
+    seconds}), or (None, None) when there is nothing to choose."""
+    if len(choices) < 2:
+        return None, None
+    medians = confirm_medians({w: {**cfg, "window": w} for w in choices}, measure, rounds)
+    return min(medians, key=medians.get), medians

@@ -9,8 +9,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
-
 from ..backend import assign, get_backend
 from ..designs import knobs_for
 from ..designs.check import sharded_plan, time_round_robin
@@ -19,7 +17,15 @@ from ..graph.formats import atomic_write, make_folder
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
 from .model import Workload, default_space, rank_configs
-from .search import Protocol, exhaustive, model_guess, model_table, search
+from .search import (
+    Protocol,
+    choose_window,
+    confirm_medians,
+    exhaustive,
+    model_guess,
+    model_table,
+    search,
+)
 
 
 def fresh_sample(build, warm, call, cfg: dict):
@@ -93,16 +99,22 @@ def tune(
     def timed(agg):  # the slowest rank's seconds: every rank sees the same number
         return time_round_robin({"agg": lambda: agg(op)}, comm, 1, backend.sync)["agg"][0]
 
+    window = {}  # the window chosen across nodes, added to every sample's knobs
+
     def measure(cfg):
         if "threads" in cfg:
             numba.set_num_threads(cfg["threads"])
-        return fresh_sample(build, warm, timed, cfg)
+        return fresh_sample(build, warm, timed, {**cfg, **window})
 
     ranked = rank_configs(space, Workload.of(base, dim), dev, "p2p" if backend.gpu else "get")
     guess = model_guess(ranked)
     third = list(space)[2]
     default = {"ps": 16, "dist": 4, third: 4 if backend.gpu else max(space[third])}
     t0 = time.perf_counter()
+    choices = comm.window_choices if "window" in cls.knobs else ()
+    picked, window_latency = choose_window(choices, default, measure, protocol.min_samples)
+    if picked:
+        window["window"] = picked
     if start == "model":
         res = search(space, measure, model=model_table(ranked), protocol=protocol)
     else:
@@ -115,6 +127,8 @@ def tune(
         "backend": backend.name,
         "space": space,
         "protocol": asdict(protocol),
+        "window": picked or (None if backend.gpu else comm.window),
+        "window_latency_s": window_latency,
         **res.to_json(),
         "search_seconds": time.perf_counter() - t0,
         "model_guess": guess,
@@ -144,17 +158,6 @@ def tune(
         result["model_guess_vs_exhaustive"] = confirmed["model_guess"] / best
     result["table"] = table
     return result
-
-
-def confirm_medians(contenders: dict, measure, rounds: int) -> dict:
-    """{name: median seconds} of each named configuration, the distinct ones measured
-    round-robin ``rounds`` times (names sharing a configuration share its numbers)."""
-    keys = {name: tuple(cfg.items()) for name, cfg in contenders.items()}
-    times = {k: [] for k in dict.fromkeys(keys.values())}
-    for _ in range(rounds):
-        for k in times:
-            times[k].append(measure(dict(k)))
-    return {name: float(np.median(times[k])) for name, k in keys.items() if times[k]}
 
 
 def report_folder(out) -> Path:
