@@ -62,6 +62,16 @@ class CpuDesign(Design):
         cpu.accumulate(p.rnp_ptr, p.rnp_node, k0, k1, index, self.weights(op, "remote"), rows, out)
 
 
+def _edge_cuts(ptr: np.ndarray, n: int) -> np.ndarray:
+    """int64 [m + 1]: partitions [0, K) cut into m <= n non-empty runs of about equal
+    edge counts (one empty run when K = 0)."""
+    k = ptr.size - 1
+    if k == 0:
+        return np.zeros(2, np.int64)
+    inner = np.searchsorted(ptr, ptr[-1] * np.arange(1, n) // n)
+    return np.unique(np.concatenate([[0], inner, [k]])).astype(np.int64)
+
+
 _NODE_INDEX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -79,8 +89,9 @@ def node_index(plan, rows: int) -> np.ndarray:
 
 
 class Pipelined(CpuDesign):
-    """MGG: LNP/RNP interleaving with ``dist`` fetch batches in flight, each remote row
-    fetched once per call. ``batch_rnp`` is the number of RNPs per batch."""
+    """MGG: LNP/RNP interleaving, each remote row fetched once per call. rma: ``dist``
+    fetch batches of ``batch_rnp`` RNPs in flight; msg: the RNPs (and the LNPs) cut
+    into ``dist`` chunks of equal edge counts, each peer's rows of a chunk one message."""
 
     name = "pipelined"
     knobs = ("window", "dist", "batch_rnp")
@@ -106,9 +117,14 @@ class Pipelined(CpuDesign):
             # read peers in place: the row of each remote edge in the node-wide view
             self.remote_index = node_index(p, self.buffer.rows)
             return
-        nb = max(1, -(-p.rnp_node.size // batch_rnp))
-        self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
-        self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
+        if self.buffer.mode == "msg":
+            self.rnp_cuts = _edge_cuts(p.rnp_ptr, self.dist)
+            self.lnp_cuts = _edge_cuts(p.lnp_ptr, self.dist)
+        else:
+            nb = max(1, -(-p.rnp_node.size // batch_rnp))
+            self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
+            self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
+        nb = self.rnp_cuts.size - 1
         # rows first used by batch b are halo slots [first_new[b], first_new[b+1]),
         # because the halo is in order of first use
         ends = p.rnp_ptr[self.rnp_cuts]
@@ -161,19 +177,17 @@ class Pipelined(CpuDesign):
         cpu.finalize(op, self.in_degrees, out)
 
     def _run_pushed(self, op, out):
-        """The msg window: post every receive, push ``dist`` steps ahead of the local
-        slices (each send also drives MPI's progress), then aggregate each batch in
-        order as it lands (in order: the sums then do not depend on arrival times)."""
+        """The msg window: post every receive; push chunk s to the peers, then
+        aggregate local slice s (each send also drives MPI's progress); then aggregate
+        each chunk in order as it lands (in order: sums then do not depend on arrival)."""
         p, push, mpi = self.plan, self.pushes, self.pushes.mpi
-        nb = self.lnp_cuts.size - 1
         recvs = push.post_receives()
-        sends = [r for s in range(self.dist) for r in push.send_step(s, self.x)]
-        for b in range(nb):
-            self.local(op, self.lnp_cuts[b], self.lnp_cuts[b + 1], out)
-            sends += push.send_step(b + self.dist, self.x)
-        for s in range(nb + self.dist, push.steps):
+        sends = []
+        for s in range(push.steps):
             sends += push.send_step(s, self.x)
-        for b in range(nb):
+            if s < self.lnp_cuts.size - 1:
+                self.local(op, self.lnp_cuts[s], self.lnp_cuts[s + 1], out)
+        for b in range(self.rnp_cuts.size - 1):
             t0 = time.perf_counter()
             mpi.Request.Waitall(recvs[b])
             self.stats["wait_seconds"] += time.perf_counter() - t0
