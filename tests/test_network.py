@@ -50,6 +50,9 @@ from mgg.graph.dataset import random_features
 from mgg.graph.specs import resolve
 from mgg.partition import build_plan
 
+import mgg.designs.cpu
+
+mgg.designs.cpu.MIN_MESSAGE = 1  # chunks as many as asked, however small the graph
 comm = get_comm()
 g = resolve("{spec}").graph
 out = {{}}

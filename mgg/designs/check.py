@@ -33,10 +33,14 @@ def slowest(comm, seconds) -> np.ndarray:
 
 def time_round_robin(calls: dict, comm=None, repeat: int = 5, sync=None) -> dict:
     """{name: [seconds per repeat]}: every call timed ``repeat`` times, round-robin so
-    that they share the machine's noise; collective."""
+    that they share the machine's noise, each round starting one call further on (a call
+    after one that thrashes the caches, as direct gets do, is slower); collective."""
     times = {name: [] for name in calls}
-    for _ in range(repeat):
-        for name, fn in calls.items():
+    names = list(calls)
+    for r in range(repeat):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn = calls[name]
             if comm is not None:
                 comm.barrier()
             t0 = time.perf_counter()

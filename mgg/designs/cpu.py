@@ -88,10 +88,14 @@ def node_index(plan, rows: int) -> np.ndarray:
     return per_plan[rows]
 
 
+MIN_MESSAGE = 1 << 20  # bytes: smaller chunks cost more in messages than they overlap
+
+
 class Pipelined(CpuDesign):
     """MGG: LNP/RNP interleaving, each remote row fetched once per call. rma: ``dist``
     fetch batches of ``batch_rnp`` RNPs in flight; msg: the RNPs (and the LNPs) cut
-    into ``dist`` chunks of equal edge counts, each peer's rows of a chunk one message."""
+    into ``dist`` chunks of equal edge counts (fewer where a peer's rows of a chunk
+    would be under MIN_MESSAGE bytes), each peer's rows of a chunk one message."""
 
     name = "pipelined"
     knobs = ("window", "dist", "batch_rnp")
@@ -118,8 +122,12 @@ class Pipelined(CpuDesign):
             self.remote_index = node_index(p, self.buffer.rows)
             return
         if self.buffer.mode == "msg":
-            self.rnp_cuts = _edge_cuts(p.rnp_ptr, self.dist)
-            self.lnp_cuts = _edge_cuts(p.lnp_ptr, self.dist)
+            # dist chunks, fewer where a peer's share of one would be under MIN_MESSAGE
+            peers = max(1, np.unique(p.halo_pe).size)
+            per_peer = p.num_halo * self.dim * self.dtype.itemsize // peers
+            chunks = max(1, min(self.dist, per_peer // MIN_MESSAGE))
+            self.rnp_cuts = _edge_cuts(p.rnp_ptr, chunks)
+            self.lnp_cuts = _edge_cuts(p.lnp_ptr, chunks)
         else:
             nb = max(1, -(-p.rnp_node.size // batch_rnp))
             self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
