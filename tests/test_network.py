@@ -177,3 +177,12 @@ def test_tune_and_train_choose_the_window_by_measurement(tmp_path):
     res = last_json(one.stdout)
     assert res["window"] == "shm" and res["window_latency_s"] is None
     json.dumps(res)
+
+
+def test_a_transport_that_cannot_start_fails_fast():
+    """A network MPI cannot bring up (here: UCX told to use a transport that does not
+    exist) ends the job at start-up with MPI's reason, never a hang."""
+    r = mpirun(2, "mgg", "check", "rmat:scale=6,ef=4", timeout=60,
+               env={**NOLOCAL, "UCX_TLS": "no_such_transport"})  # fmt: skip
+    assert r.returncode != 0
+    assert "ucx" in r.stderr.lower() and "Traceback" not in r.stderr
