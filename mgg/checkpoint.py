@@ -383,6 +383,11 @@ def restore_knobs(graph, meta: dict) -> list[str]:
     notes = []
     ranks = meta.get("ranks", "?")
     for knob, value in (meta.get("graph_config") or {}).items():
+        if knob == "window" and value not in graph.window_choices:
+            if value != graph.config.get("window"):  # measured for another placement
+                notes.append(f"tuned window {value!r} (at {ranks} rank(s)) not restored: "
+                             "this job does not choose among windows")  # fmt: skip
+            continue
         try:
             graph.configure(**{knob: value})
         except (ValueError, TypeError) as e:

@@ -24,7 +24,10 @@ GRAPH = (
     "a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or a generator spec: "
     "reddit|enwiki|products|proteins|orkut[:scale=S], rmat:scale=K,ef=F, planted:nodes=N,classes=C"
 )
-DIST = "interleaving distance (cpu: fetch batches in flight; cuda: partitions per warp)"
+DIST = (
+    "interleaving distance (cpu: fetch batches in flight, or chunks with --window msg; "
+    "cuda: partitions per warp)"
+)
 WINDOW = (
     "how peers' rows reach a rank (MPI backend): shm (loads, one node), rma (one-sided "
     "gets), msg (two-sided messages); auto: shm on one node, else msg; check: or 'all'"
@@ -640,6 +643,9 @@ def cmd_tune(args) -> int:
                 f"{res['model_guess_vs_exhaustive']:.3f}x"
             )
         tuned = ms.get("tuned", f"{res['best_latency_s'] * 1e3:.3f} ms")
+        if res["window_latency_s"]:
+            each = ", ".join(f"{w} {t * 1e3:.3f} ms" for w, t in res["window_latency_s"].items())
+            print(f"window {res['window']} ({each} at the default configuration)")
         print(
             f"best {res['best']}: {tuned} after {res['measured']} configs ({res['samples']} "
             f"samples, noise {res['noise']:.1%}, confidence {res['confidence']:.0%}); "

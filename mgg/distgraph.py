@@ -188,8 +188,8 @@ class DistGraph:
 
     def configure(self, **config) -> None:
         """Collective: switch to another configuration of the knobs ``KNOBS`` (the
-        tuner's: ps, dist, threads, wpb; positive integers). The CSRs are kept; only the
-        neighbor partitions and the designs are rebuilt."""
+        tuner's: ps, dist, threads, wpb, positive integers; window, 'shm', 'rma' or 'msg').
+        The CSRs are kept; only the neighbor partitions and the designs are rebuilt."""
         import numba
 
         ps, dist, threads, wpb, window = (check_config(config).get(k) for k in KNOBS)

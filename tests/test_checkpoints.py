@@ -271,7 +271,7 @@ def test_an_epoch_beyond_the_runs_epochs_is_refused(good, ds):
 def test_tuned_knobs_invalid_here_are_dropped_with_a_note(good, ds, tmp_path):
     _, raw, meta = good
     path = tmp_path / "tuned.pt"
-    tuned = {"ps": 8, "dist": 2, "threads": 999}
+    tuned = {"ps": 8, "dist": 2, "threads": 999, "window": "msg"}  # window: across nodes
     checkpoint.write(
         path, raw["model"], raw["optimizer"], {**meta, "graph_config": tuned, "tuning": {"x": 1}}
     )
@@ -280,7 +280,8 @@ def test_tuned_knobs_invalid_here_are_dropped_with_a_note(good, ds, tmp_path):
     threads = t.g.config["threads"]
     t.load_checkpoint(path)
     assert t.g.config == {"ps": 8, "dist": 2, "threads": threads}
-    assert len(notes) == 1 and "tuned threads=999 (at 1 rank(s)) not restored" in notes[0]
+    assert len(notes) == 2 and "tuned threads=999 (at 1 rank(s)) not restored" in notes[0]
+    assert "tuned window 'msg' (at 1 rank(s)) not restored" in notes[1]
     untuned = make(ds)  # knobs the run did not tune were its flags: not restored
     untuned.load_checkpoint(good[0])
     assert untuned.g.config["ps"] == 16

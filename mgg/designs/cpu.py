@@ -4,13 +4,15 @@
   rma window  each remote row is fetched once (the halo) in batches of RNPs, with
               ``dist`` batches in flight, while the LNPs of the same step are aggregated;
               each batch is aggregated as soon as it lands.
-  msg window  the same batches, but pushed: their owners send them as two-sided
-              messages, ``dist`` batches ahead (mgg.designs.push), for networks where
-              one-sided gets wait on the target.
+  msg window  no window: the RNPs and LNPs are cut into ``dist`` chunks; at step s each
+              rank sends every peer the rows of its chunk s (two-sided messages,
+              mgg.designs.push), then aggregates its local slice s; then each remote
+              chunk as it lands. For networks, where one-sided gets wait on the target.
 
-On the CPU, ``dist`` is the number of fetch batches in flight; on the GPU it is the
-number of partitions of each kind per warp (mgg.designs.cuda). Both are the paper's
-interleaving distance: how much remote work is under way while local work runs.
+On the CPU, ``dist`` is the number of fetch batches in flight (rma) or of chunks (msg);
+on the GPU it is the number of partitions of each kind per warp (mgg.designs.cuda). All
+are the paper's interleaving distance: how much remote work is under way while local
+work runs.
 """
 
 from __future__ import annotations

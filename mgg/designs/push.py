@@ -1,11 +1,11 @@
 """Pushed halo rows: MGG's pipelining over two-sided messages (the 'msg' window), for
 ranks that cannot read each other's memory (across nodes).
 
-Every rank knows from its plan which of its rows each peer's batches of RNPs read, so the
-owners pack and send them, one message per (batch, peer), ``dist`` batches ahead; each
-receiver aggregates its local partitions meanwhile, then each batch as it lands. Each
-remote row crosses the network once per call, as in bulk halo exchange, but no rank
-waits for the slowest one before it computes.
+Every rank knows from its plan which of its rows each peer's chunks of RNPs read (they
+tell each other once, at setup), so at step s the owners pack and send chunk s, one
+message per peer, and then aggregate their own local slice s; each receiver then
+aggregates the chunks as they land. Each remote row crosses the network once per call,
+as in bulk halo exchange, but no rank waits for the slowest one before it computes.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from ..kernels import cpu
 
 
 class Pushes:
-    """The messages of one plan cut into batches (collective setup).
+    """The messages of one plan cut into chunks ("batches"; collective setup).
 
     first_new  int64 [nb + 1]: batch b first reads halo slots [first_new[b], first_new[b+1])
-               (the halo is in order of first use)
+               (the halo is in order of first use); ranks may cut different numbers
     Receiving: halo rows land in ``staging`` [H, D] grouped by (batch, owner);
     ``remote_index`` [Er] is each remote edge's row there.
     Sending: step s packs and sends, to every peer, the rows its batch s reads.
