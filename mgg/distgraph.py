@@ -174,7 +174,9 @@ class DistGraph:
         else:
             out["threads"] = numba.get_num_threads()
             if self.comm is not None and self.size > 1 and "window" in self.design_cls.knobs:
-                out["window"] = self.knobs.get("window") or self.comm.window
+                out["window"] = self.knobs.get("window") or self.design_cls.default_window(
+                    self.comm
+                )
         return out
 
     @property
@@ -212,8 +214,8 @@ class DistGraph:
                 raise InputError(f"the {self.design} design takes no window {window!r}")
             if window == "shm" and not getattr(self.comm, "single_node", True):
                 raise InputError("window shm needs every rank on one node")
-            if window == self.comm.window and "window" not in self.knobs:
-                window = None  # the comm's own: the designs already open are it
+            if window == self.design_cls.default_window(self.comm) and "window" not in self.knobs:
+                window = None  # the default: the designs already open are it
         new = {"dist": dist, "wpb": wpb, "window": window}
         knobs = {**self.knobs, **knobs_for(self.design_cls, new)}
         if (ps is None or ps == self.plan.ps) and knobs == self.knobs:

@@ -36,10 +36,12 @@ def test_every_design_equals_scipy_across_nodes(nprocs, tmp_path):
 
 
 def test_auto_window_is_msg_across_nodes_and_shm_on_one():
-    for env, window in ((NOLOCAL, "msg"), ({}, "shm")):
+    across = {"pipelined": "msg", "bulk_halo": "msg", "direct": "rma"}  # direct: no msg
+    one = dict.fromkeys(across, "shm")
+    for env, want in ((NOLOCAL, across), ({}, one)):
         r = mpirun(2, "mgg", "check", "rmat:scale=8,ef=4", "--json", "--repeat", "1", env=env)
         assert r.returncode == 0, r.stderr[-2000:]
-        assert {run["window"] for run in last_json(r.stdout)["runs"]} == {window}
+        assert {run["design"]: run["window"] for run in last_json(r.stdout)["runs"]} == want
 
 
 PUSH_JOB = """
@@ -150,10 +152,23 @@ def test_window_shm_across_nodes_is_one_clear_error():
     assert "Traceback" not in r.stderr
 
 
-def test_direct_over_messages_is_refused_by_name():
-    r = mpirun(2, "mgg", "check", "rmat:scale=8,ef=4", "--designs", "direct", "--window", "msg")
+def test_direct_over_messages_is_refused_by_name_and_auto_gives_it_rma():
+    r = mpirun(2, "mgg", "check", "rmat:scale=8,ef=4", "--designs", "direct", "--window", "msg",
+               env=NOLOCAL)  # fmt: skip
     assert r.returncode == 2
     assert "the direct design takes window shm or rma, not msg" in r.stderr
+    r = mpirun(2, "mgg", "check", "rmat:scale=8,ef=4", "--designs", "direct,pipelined",
+               "--json", "--repeat", "1", env=NOLOCAL)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = last_json(r.stdout)["runs"]
+    assert {(run["design"], run["window"]) for run in runs} == {
+        ("direct", "rma"),
+        ("pipelined", "msg"),
+    }
+    r = mpirun(2, "mgg", "train", "--dataset", PLANTED, "--epochs", "2", "--design", "direct",
+               "--json", env=NOLOCAL)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert last_json(r.stdout)["graph_config"]["window"] == "rma"
 
 
 def test_tune_and_train_choose_the_window_by_measurement(tmp_path):

@@ -136,6 +136,7 @@ class MPIComm(Comm):
                 f"ranks are on {nodes}; use --window msg, rma or auto"
             )
         self.window = ("shm" if self.single_node else "msg") if window == "auto" else window
+        self.window_asked = window != "auto"
         # one node: shm's loads beat any copy; across nodes, measure
         self.window_choices = () if self.single_node else ("msg", "rma")
         unlink_node_segment(self.node)

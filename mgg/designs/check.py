@@ -37,7 +37,7 @@ def time_round_robin(calls: dict, comm=None, repeat: int = 5, sync=None) -> dict
     after one that thrashes the caches, as direct gets do, is slower); collective."""
     times = {name: [] for name in calls}
     names = list(calls)
-    for r in range(repeat):
+    for r in range(repeat if names else 0):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             fn = calls[name]
@@ -105,6 +105,7 @@ def verify_and_time(
                     "remote_bytes": float(total[0]),
                     "wait_seconds": float(total[1]) / comm.size,
                     **({"remote_path": d.remote_path} if hasattr(d, "remote_path") else {}),
+                    **({"window": d.buffer.mode} if hasattr(d, "windows") else {}),
                 }
             )
         return runs, outputs
@@ -149,9 +150,9 @@ def check(
         windows = ["device"]
     elif "all" in windows:
         windows = [w for w in ("shm", "rma", "msg") if w != "shm" or comm.single_node]
-    else:
-        windows = [comm.window if w == "auto" else w for w in windows]
-        for name in names if asked else ():
+    else:  # auto (None): each design on the job's window, or the first it takes there
+        windows = [None if w == "auto" else w for w in windows]
+        for name in names if asked and None not in windows else ():
             takes = getattr(backend.design(name), "windows", windows)
             if not set(windows) & set(takes):
                 raise ValueError(
@@ -188,24 +189,26 @@ def check(
             ref = reference.aggregate(g, random_features(seed, 0, g.num_nodes, dim), op, eps=EPS)
         for window in windows:
             knobs = {"dist": dist, "mode": mode, "window": None if backend.gpu else window}
-            takes = [n for n in names if window in getattr(backend.design(n), "windows", [window])]
+            takes = [
+                n for n in names if window in getattr(backend.design(n), "windows", [window])
+            ] if window else names  # fmt: skip
             runs, outs = verify_and_time(
                 backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=knobs
             )
             for run in runs:
-                run["window"] = window
+                run.setdefault("window", window)  # the one the design used
                 result["runs"].append(run)
                 prev = result["designs"].get(run["design"])
                 best = prev is None or run["seconds"] < prev["seconds"]
                 result["designs"][run["design"]] = {
                     "ok": run["ok"] and (prev is None or prev["ok"]),
                     "seconds": run["seconds"] if best else prev["seconds"],
-                    "window": window if best else prev["window"],
+                    "window": run["window"] if best else prev["window"],
                 }
-            for name, out in outs.items():
-                if outputs is not None:
-                    with atomic_write(outputs / f"{name}-{op}-{window}.npy") as tmp:
-                        np.save(tmp, out)
+                if outputs is not None and run["design"] in outs:
+                    name = f"{run['design']}-{op}-{run['window']}.npy"
+                    with atomic_write(outputs / name) as tmp:
+                        np.save(tmp, outs[run["design"]])
     return result
 
 

@@ -36,13 +36,26 @@ class CpuDesign(Design):
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window: str | None = None):
         super().__init__(plan, comm, dim, dtype)
-        window = window or comm.window
+        window = window or self.default_window(comm)
         if window not in self.windows:
             raise ValueError(
                 f"the {self.name} design takes window {' or '.join(self.windows)}, not {window!r}"
             )
         self.symmetric_input(window=window)
         self.in_degrees = plan.in_degrees()
+
+    @classmethod
+    def default_window(cls, comm) -> str:
+        """The job's window (comm.window), or else (unless the user chose it) the first
+        of ``windows`` the job can use."""
+        if comm.window in cls.windows:
+            return comm.window
+        if getattr(comm, "window_asked", False):
+            raise ValueError(
+                f"the {cls.name} design takes window {' or '.join(cls.windows)}, "
+                f"not {comm.window!r}"
+            )
+        return next(w for w in cls.windows if w != "shm" or comm.single_node)
 
     def weights(self, op: str, which: str):
         """The plan's weights for 'gcn', the call's (if given), else None."""
