@@ -185,8 +185,7 @@ class DistGraph:
         on one node, where shm's loads beat any copy; msg and rma across nodes)."""
         if self.comm is None or self.size == 1 or "window" not in self.design_cls.knobs:
             return ()
-        takes = getattr(self.design_cls, "windows", WINDOWS)
-        return tuple(w for w in self.comm.window_choices if w in takes)
+        return tuple(w for w in self.comm.window_choices if w in self.design_cls.windows)
 
     def configure(self, **config) -> None:
         """Collective: switch to another configuration of the knobs ``KNOBS`` (the
@@ -210,7 +209,7 @@ class DistGraph:
         if window is not None:
             if "window" not in self.design_cls.knobs or self.comm is None:
                 raise InputError(f"the {self.design} design of this job takes no window")
-            if window not in getattr(self.design_cls, "windows", WINDOWS):
+            if window not in self.design_cls.windows:
                 raise InputError(f"the {self.design} design takes no window {window!r}")
             if window == "shm" and not getattr(self.comm, "single_node", True):
                 raise InputError("window shm needs every rank on one node")

@@ -211,9 +211,6 @@ class PrivateArray(SymmetricArray):
     def publish(self) -> None:
         """Nothing to publish: the owner's messages carry the rows."""
 
-    def selection(self, pe, rows, slots=None):
-        raise ValueError("window 'msg' has no one-sided gets: use window 'shm' or 'rma'")
-
     def free(self) -> None:
         self.local = None
 

@@ -39,22 +39,17 @@ class CpuDesign(Design):
         window = window or self.default_window(comm)
         if window not in self.windows:
             raise ValueError(
-                f"the {self.name} design takes window {' or '.join(self.windows)}, not {window!r}"
+                f"the {self.name} design takes window {' or '.join(self.windows)}, not {window}"
             )
         self.symmetric_input(window=window)
         self.in_degrees = plan.in_degrees()
 
     @classmethod
     def default_window(cls, comm) -> str:
-        """The job's window (comm.window), or else (unless the user chose it) the first
-        of ``windows`` the job can use."""
-        if comm.window in cls.windows:
+        """The job's window (comm.window) if this design takes it or the user chose it
+        (the constructor then refuses it), else the first of ``windows`` the job can use."""
+        if comm.window in cls.windows or getattr(comm, "window_asked", False):
             return comm.window
-        if getattr(comm, "window_asked", False):
-            raise ValueError(
-                f"the {cls.name} design takes window {' or '.join(cls.windows)}, "
-                f"not {comm.window!r}"
-            )
         return next(w for w in cls.windows if w != "shm" or comm.single_node)
 
     def weights(self, op: str, which: str):
@@ -85,6 +80,17 @@ def _edge_cuts(ptr: np.ndarray, n: int) -> np.ndarray:
         return np.zeros(2, np.int64)
     inner = np.searchsorted(ptr, ptr[-1] * np.arange(1, n) // n)
     return np.unique(np.concatenate([[0], inner, [k]])).astype(np.int64)
+
+
+def _first_new(plan, rnp_cuts: np.ndarray) -> np.ndarray:
+    """int64 [nb + 1]: the RNPs of batch b (rnp_cuts[b] to rnp_cuts[b+1]) first read halo
+    slots first_new[b] to first_new[b+1]: the halo is in order of first use."""
+    ends = plan.rnp_ptr[rnp_cuts]
+    first_new = np.zeros(rnp_cuts.size, np.int64)
+    if plan.num_remote_edges:
+        cummax = np.maximum.accumulate(plan.remote_slot.astype(np.int64))
+        first_new[1:] = np.where(ends[1:] > 0, cummax[np.maximum(ends[1:] - 1, 0)] + 1, 0)
+    return first_new
 
 
 _NODE_INDEX: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -136,6 +142,8 @@ class Pipelined(CpuDesign):
             # read peers in place: the row of each remote edge in the node-wide view
             self.remote_index = node_index(p, self.buffer.rows)
             return
+        self.batches = []
+        self.pushes = None
         if self.buffer.mode == "msg":
             # dist chunks, fewer where a peer's share of one would be under MIN_MESSAGE
             peers = max(1, np.unique(p.halo_pe).size)
@@ -143,23 +151,12 @@ class Pipelined(CpuDesign):
             chunks = max(1, min(self.dist, per_peer // MIN_MESSAGE))
             self.rnp_cuts = _edge_cuts(p.rnp_ptr, chunks)
             self.lnp_cuts = _edge_cuts(p.lnp_ptr, chunks)
-        else:
-            nb = max(1, -(-p.rnp_node.size // batch_rnp))
-            self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
-            self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
-        nb = self.rnp_cuts.size - 1
-        # rows first used by batch b are halo slots [first_new[b], first_new[b+1]),
-        # because the halo is in order of first use
-        ends = p.rnp_ptr[self.rnp_cuts]
-        first_new = np.zeros(nb + 1, np.int64)
-        if p.num_remote_edges:
-            cummax = np.maximum.accumulate(p.remote_slot.astype(np.int64))
-            first_new[1:] = np.where(ends[1:] > 0, cummax[np.maximum(ends[1:] - 1, 0)] + 1, 0)
-        self.batches = []
-        self.pushes = None
-        if self.buffer.mode == "msg":
-            self.pushes = Pushes(p, comm, first_new, self.dim, self.dtype)
+            self.pushes = Pushes(p, comm, _first_new(p, self.rnp_cuts), self.dim, self.dtype)
             return
+        nb = max(1, -(-p.rnp_node.size // batch_rnp))
+        self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
+        self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
+        first_new = _first_new(p, self.rnp_cuts)
         self.staging = np.empty((p.num_halo, self.dim), self.dtype)
         for b in range(nb):
             slots = np.arange(first_new[b], first_new[b + 1])
@@ -205,10 +202,10 @@ class Pipelined(CpuDesign):
         each chunk in order as it lands (in order: sums then do not depend on arrival)."""
         p, push, mpi = self.plan, self.pushes, self.pushes.mpi
         recvs = push.post_receives()
-        sends = []
-        for s in range(push.steps):
+        sends, slices = [], self.lnp_cuts.size - 1
+        for s in range(max(push.steps, slices)):  # the peers may cut fewer chunks
             sends += push.send_step(s, self.x)
-            if s < self.lnp_cuts.size - 1:
+            if s < slices:
                 self.local(op, self.lnp_cuts[s], self.lnp_cuts[s + 1], out)
         for b in range(self.rnp_cuts.size - 1):
             t0 = time.perf_counter()

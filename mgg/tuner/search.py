@@ -127,6 +127,10 @@ class Samples:
     def config(self, idx: tuple) -> dict:
         return {k: self.space[k][i] for k, i in zip(self.knobs, idx, strict=True)}
 
+    def inside(self, idx) -> bool:
+        """Is ``idx`` a configuration of the space (every index in range)?"""
+        return all(0 <= i < len(self.space[k]) for i, k in zip(idx, self.knobs, strict=True))
+
     def n(self, idx) -> int:
         return len(self.times.get(idx, ()))
 
@@ -269,7 +273,7 @@ def _moves(s: Samples, cur: tuple, model, after: int = -1, diagonal: bool = Fals
     out = []
     for st in steps:
         nxt = tuple(c + st.get(k, 0) for k, c in enumerate(cur))
-        if all(0 <= i < len(s.space[k]) for i, k in zip(nxt, s.knobs, strict=True)):
+        if s.inside(nxt):
             out.append(nxt)
     if model is None:
         return out
@@ -335,7 +339,7 @@ def _line(s: Samples, cur: tuple, step: tuple, compared: set, phase: str) -> tup
     while True:
         for hop in (1, 2):
             ahead = tuple(c + hop * d for c, d in zip(cur, step, strict=True))
-            if not all(0 <= i < len(s.space[k]) for i, k in zip(ahead, s.knobs, strict=True)):
+            if not s.inside(ahead):
                 return cur
             pair = frozenset((cur, ahead))
             if pair in compared or not s.can_open(ahead):
