@@ -7,8 +7,11 @@ Same graph, features, labels and model (mgg's defaults; bench/pyg_models.py), sa
 thread count (all cores). Each side runs in a process of its own, with its own best
 settings: mgg as `mggrun -np P mgg train` (the median epoch it reports), PyG as a worker
 process of this script (cached GCN normalization, dense features where they fit, the
-median of its training steps after two warm-up steps). Graphs without features or labels
-get seeded random ones. Goal: mgg >= 10x PyG's GCN epoch at P = 1.
+median of its training steps after two warm-up steps). The worker imports mgg (to read
+the dataset) before torch, so PyG runs with mgg's process settings too: one OpenMP
+runtime for torch and numba, and glibc keeping freed memory (docs/training.md; PyG's
+amazon_computers step 251 -> 218 ms with it). Graphs without features or labels get
+seeded random ones. Goal: mgg >= 10x PyG's GCN epoch at P = 1.
 """
 
 from __future__ import annotations
@@ -61,7 +64,16 @@ def pyg_worker(path: str, name: str, epochs: int) -> None:
             loss.backward()
             opt.step()
             times.append(time.perf_counter() - t0)
-    print(json.dumps({"step_s": float(np.median(times[2:])), "threads": torch.get_num_threads()}))
+    gomp = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
+    print(
+        json.dumps(
+            {
+                "step_s": float(np.median(times[2:])),
+                "threads": torch.get_num_threads(),
+                "openmp_runtimes": len(gomp),
+            }
+        )
+    )
 
 
 def _csr(m):
@@ -97,7 +109,8 @@ def measure(ds, models, epochs, tmp: Path, rows):
     path = tmp / f"{ds.name}.npz"
     write_npz(ds, path)
     for name in models:
-        pyg = pyg_job(path, name, epochs)["step_s"]
+        peer = pyg_job(path, name, epochs)
+        pyg = peer["step_s"]
         p1 = mgg_job(1, path, name, epochs)
         p2 = mgg_job(2, path, name, epochs)
         row = {
@@ -110,6 +123,7 @@ def measure(ds, models, epochs, tmp: Path, rows):
             "pyg_ms": pyg * 1e3,
             "p2_ms": p2["epoch_time_s"] * 1e3,
             "mgg_test_acc": p1["test_acc"],
+            "pyg_openmp_runtimes": peer["openmp_runtimes"],
         }
         row["vs_pyg"] = row["pyg_ms"] / row["mgg_ms"]
         row["p2_vs_p1"] = row["mgg_ms"] / row["p2_ms"]
@@ -174,7 +188,7 @@ def main():
         {"cores": len(os.sched_getaffinity(0)), "gcn_min_vs_pyg": min(gcn) if gcn else None},
         rows,
         ["graph", "nodes", "edges", "features", "model", "mgg_ms", "pyg_ms", "vs_pyg"]
-        + ["p2_ms", "p2_vs_p1", "mgg_test_acc"],
+        + ["p2_ms", "p2_vs_p1", "mgg_test_acc", "pyg_openmp_runtimes"],
         notes="mgg_ms: median epoch of `mggrun -np 1 mgg train` (p2_ms: -np 2); pyg_ms: "
         "median training step of the same model in PyG, in a process of its own; both on "
         "every core. Graphs without features or labels get seeded random ones.",

@@ -81,3 +81,31 @@ def test_bad_inputs_are_named(rng):
         aggregate(p, x, "sum", halo=gather_halo(p, np.ones((50, 4), np.float32)), backend="tpu")
     with pytest.raises(ValueError, match="x has shape"):
         aggregate(p, x[:1], "sum", halo=gather_halo(p, np.ones((50, 4), np.float32)))
+
+
+@pytest.mark.parametrize("shape,lb", [((37, 13), 0), ((5, 64), 1000), ((1, 1), 7)])
+def test_dense_dropout_draws_the_masks_of_its_hash(rng, shape, lb):
+    """The vectorized kernel keeps entry (i, j) exactly where the hash of the counter
+    (lb + i) * ncols + j + 1 is >= threshold, and the CSR kernel draws the same mask."""
+    import scipy.sparse as sp
+
+    from mgg.hashing import GOLDEN, mix64
+    from mgg.kernels import cpu_nn
+
+    x = rng.standard_normal(shape).astype(np.float32) + 3  # no stored zeros
+    key, threshold, scale = np.uint64(0xDEADBEEF12345), np.uint32(3 << 30), np.float32(4.0)
+    n, d = shape
+    want = np.zeros_like(x)
+    for i in range(n):
+        for j in range(d):
+            z = mix64(key + np.uint64((lb + i) * d + j + 1) * GOLDEN)
+            if np.uint32(z >> np.uint64(32)) >= threshold:
+                want[i, j] = x[i, j] * scale
+    got = cpu_nn.dropout_dense(x, key, lb, threshold, scale)
+    np.testing.assert_array_equal(got, want)
+    assert 0 < (got != 0).sum() < x.size or x.size == 1
+    np.testing.assert_array_equal(
+        got, cpu_nn.dropout_dense(np.asfortranarray(x), key, lb, threshold, scale)
+    )
+    csr = cpu_nn.dropout_csr(sp.csr_matrix(x), key, lb, threshold, scale)
+    np.testing.assert_array_equal(csr.toarray(), want)
