@@ -66,9 +66,18 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
 def _chunks(part_ptr, k0, k1, nchunks, d, dtype_of):
     """Edge-balanced cuts [nchunks+1] of partitions [k0, k1), and their carry rows."""
     e0, e1 = part_ptr[k0], part_ptr[k1]
-    targets = e0 + (e1 - e0) * np.arange(nchunks + 1) // nchunks
-    cuts = np.searchsorted(part_ptr[k0 : k1 + 1], targets).astype(np.int64) + k0
-    cuts[0], cuts[-1] = k0, k1
+    cuts = np.empty(nchunks + 1, np.int64)
+    cuts[0], cuts[nchunks] = k0, k1
+    for c in range(1, nchunks):
+        target = e0 + (e1 - e0) * c // nchunks
+        lo, hi = k0, k1  # first k with part_ptr[k] >= target (np.searchsorted costs 2 s
+        while lo < hi:  # of compiling on a cold cache)
+            mid = (lo + hi) // 2
+            if part_ptr[mid] < target:
+                lo = mid + 1
+            else:
+                hi = mid
+        cuts[c] = lo
     return cuts, np.zeros((nchunks, d), dtype_of.dtype)
 
 
