@@ -1,0 +1,97 @@
+"""First run: what a fresh install's `make demo` spends compiling numba kernels.
+
+    python bench/first_run.py [--np 4] [--epochs 40] [--repeat 2]
+
+Runs `mggrun -np NP mgg demo` with an empty numba cache (cold: every kernel compiles) and
+again with the cache it filled (warm), with the node's compile lock (mgg/process.py) and
+without it (MGG_SERIAL_COMPILE=0), round-robin. Compile overhead = cold wall - warm wall
+of the same setting (medians). Goal: under 20 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from common import ROOT, write_results
+
+
+def demo(np_: int, epochs: int, cache: str, serial: bool) -> dict:
+    env = dict(os.environ, NUMBA_CACHE_DIR=cache, MGG_SERIAL_COMPILE="1" if serial else "0")
+    cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(np_)]
+    cmd += [str(ROOT / ".venv" / "bin" / "mgg"), "demo", "--epochs", str(epochs)]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    wall = time.perf_counter() - t0
+    if r.returncode:
+        raise RuntimeError(f"mgg demo failed:\n{r.stderr[-3000:]}")
+    setup = float(re.search(r"setup ([\d.]+) s", r.stdout).group(1))
+    first = float(re.search(r"epoch +1 .*? ([\d.]+) ms", r.stdout).group(1)) / 1e3
+    return {"wall_s": wall, "setup_s": setup, "first_epoch_s": first}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--np", type=int, default=4)
+    ap.add_argument("--epochs", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=2)
+    args = ap.parse_args()
+    runs = {(s, c): [] for s in (True, False) for c in ("cold", "warm")}
+    for i in range(args.repeat):
+        for serial in (True, False):
+            with tempfile.TemporaryDirectory() as cache:
+                for state in ("cold", "warm"):
+                    res = demo(args.np, args.epochs, cache, serial)
+                    runs[serial, state].append(res)
+                    print(
+                        f"round {i + 1} serial={int(serial)} {state}: {res['wall_s']:.1f} s "
+                        f"(setup {res['setup_s']:.1f} s, first epoch {res['first_epoch_s']:.2f} s)",
+                        flush=True,
+                    )
+    rows = []
+    for serial in (True, False):
+        med = {
+            state: {
+                k: float(np.median([r[k] for r in runs[serial, state]]))
+                for k in runs[serial, state][0]
+            }
+            for state in ("cold", "warm")
+        }
+        rows.append(
+            {
+                "compile_lock": "on" if serial else "off (MGG_SERIAL_COMPILE=0)",
+                "cold_wall_s": med["cold"]["wall_s"],
+                "warm_wall_s": med["warm"]["wall_s"],
+                "compile_overhead_s": med["cold"]["wall_s"] - med["warm"]["wall_s"],
+                "cold_setup_s": med["cold"]["setup_s"],
+                "warm_setup_s": med["warm"]["setup_s"],
+                "cold_first_epoch_s": med["cold"]["first_epoch_s"],
+                "warm_first_epoch_s": med["warm"]["first_epoch_s"],
+            }
+        )
+    write_results(
+        "first_run",
+        {
+            "np": args.np,
+            "epochs": args.epochs,
+            "repeat": args.repeat,
+            "runs": {f"serial={int(s)} {c}": v for (s, c), v in runs.items()},
+        },
+        rows,
+        list(rows[0]),
+        notes=f"`mggrun -np {args.np} mgg demo --epochs {args.epochs}`, each run a fresh "
+        "process tree; cold: an empty NUMBA_CACHE_DIR, warm: the cache the cold run filled. "
+        f"Medians of {args.repeat} rounds, the settings interleaved. Goal: compile "
+        "overhead (cold - warm) under 20 s.",
+    )
+
+
+if __name__ == "__main__":
+    main()

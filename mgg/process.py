@@ -1,0 +1,158 @@
+"""Process-wide settings that `import mgg` applies once, before torch or numba start work.
+
+Each yields to an explicit setting of the user's (environment variables named below).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import importlib.abc
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+
+
+def apply() -> None:
+    one_openmp_runtime()
+    keep_freed_memory()
+    if _local_ranks() > 1:
+        serialize_compiles()
+
+
+def one_openmp_runtime() -> None:
+    """Give numba and torch one OpenMP runtime, hence one thread pool.
+
+    numba's OpenMP layer links the system's libgomp by its file name, torch its own copy
+    by soname: imported in that order they load two runtimes, two pools of threads on the
+    same cores. Loading numba's first (before torch) lets torch resolve to it. If torch
+    came first, the two pools stay; their idle threads then must not spin (they starved
+    each other's work: 7x on a GIN epoch, docs/runtime.md), so GOMP_SPINCOUNT=0.
+    An explicit setting of the user's wins either way."""
+    layer = os.environ.get("NUMBA_THREADING_LAYER", "default")
+    if "torch" not in sys.modules and layer in ("default", "safe", "forksafe", "omp"):
+        try:
+            ctypes.CDLL("libgomp.so.1.0.0")  # the name numba's omppool asks the loader for
+            return
+        except OSError:  # no system libgomp: numba runs its workqueue
+            pass
+    os.environ.setdefault("GOMP_SPINCOUNT", "0")
+
+
+def keep_freed_memory(limit: int = 1 << 30) -> None:
+    """Let glibc reuse freed blocks below ``limit`` bytes instead of returning them to the
+    kernel. A training step frees and reallocates the same large arrays (dropout masks,
+    activations, gradients); served by fresh mmaps, every step page-faults them in
+    again: 2.5 ms of a 7-ms dropout of 42 MB. The user's MALLOC_* settings win."""
+    if sys.platform != "linux" or any(k.startswith("MALLOC_") for k in os.environ):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, limit)
+    libc.mallopt(m_trim_threshold, limit)
+
+
+def _local_ranks() -> int:
+    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):  # MPICH/hydra, Open MPI
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1
+
+
+def serialize_compiles(path: str | None = None) -> None:
+    """Let one process per node compile at a time (a file lock around numba's compile).
+
+    The ranks of a job start together and miss numba's cache together: four ranks on two
+    cores compiled every kernel four times over (a fresh `make demo`: 29 s of compiling,
+    against 13 s in one process). Under the lock, the first rank compiles and writes the
+    cache; the others, once they hold the lock, find it there and load it (numba's
+    compile looks in its cache first). What is cached already loads without the lock.
+    Installed when numba's dispatcher is first imported, so a process that never compiles
+    does not pay for importing numba. MGG_SERIAL_COMPILE=0 turns it off."""
+    if os.environ.get("MGG_SERIAL_COMPILE") == "0":
+        return
+    path = path or os.path.join(tempfile.gettempdir(), f"mgg-compile-{os.getuid()}.lock")
+    if "numba.core.dispatcher" in sys.modules:
+        _lock_compiles(path)
+    elif not any(isinstance(f, _OnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _OnImport("numba.core.dispatcher", lambda: _lock_compiles(path)))
+
+
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` right after module ``name`` is first imported."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_then(module):
+            exec_module(module)
+            sys.modules[fullname] = module
+            self.then()
+
+        spec.loader.exec_module = exec_then
+        return spec
+
+
+def _lock_compiles(path: str) -> None:
+    try:
+        from numba.core import sigutils
+        from numba.core.compiler_lock import global_compiler_lock
+        from numba.core.dispatcher import Dispatcher
+    except ImportError:
+        return
+    if getattr(Dispatcher.compile, "_mgg_serial", False):
+        return
+    compile_ = Dispatcher.compile
+    held = threading.local()  # callees compile inside their caller's compile: lock once
+    guard = threading.Lock()
+
+    def compile(self, sig):
+        if getattr(held, "depth", 0):
+            held.depth += 1
+            try:
+                return compile_(self, sig)
+            finally:
+                held.depth -= 1
+        cache = getattr(self, "_cache", None)
+        if cache is None or type(cache).__name__ == "NullCache":  # cache=False: no sharing
+            return compile_(self, sig)
+        with global_compiler_lock:  # what numba's compile does on a cache hit, unlocked
+            try:
+                args, _ = sigutils.normalize_signature(sig)
+                cres = None
+                if self.overloads.get(tuple(args)) is None:
+                    cres = cache.load_overload(sig, self.targetctx)
+                if cres is not None:
+                    self._cache_hits[sig] += 1
+                    if not cres.objectmode:
+                        self.targetctx.insert_user_function(
+                            cres.entry_point, cres.fndesc, [cres.library]
+                        )
+                    self.add_overload(cres)
+                    return cres.entry_point
+            except AttributeError:  # another numba's internals: its own compile does it
+                pass
+        with guard, open(path, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)  # released when f closes, or the process dies
+            held.depth = 1
+            try:
+                return compile_(self, sig)
+            finally:
+                held.depth = 0
+
+    compile._mgg_serial = True
+    Dispatcher.compile = compile

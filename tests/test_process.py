@@ -1,0 +1,74 @@
+"""Process-wide settings of `import mgg` (mgg/process.py), checked in real processes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, mpirun
+
+KERNEL = """
+import numba, numpy as np
+
+@numba.njit(cache=True, parallel=True)
+def kernel(a):
+    s = 0.0
+    for i in numba.prange(a.size):
+        s += np.sin(a[i]) * np.cos(a[i]) + np.sqrt(abs(a[i]))
+    return s
+"""
+
+RUNNER = """
+import json, sys
+import mgg  # first, as any mgg program: installs the node's compile lock
+sys.path.insert(0, sys.argv[1])
+import kern
+kern.kernel(__import__("numpy").arange(10.0))
+st = kern.kernel.stats
+print(json.dumps({"hits": sum(st.cache_hits.values()), "misses": sum(st.cache_misses.values())}))
+"""
+
+
+def test_ranks_of_a_node_compile_a_kernel_once(tmp_path):
+    """Two ranks start together on an empty numba cache: one compiles, the other waits for
+    the node's compile lock and loads what the first wrote (MGG_SERIAL_COMPILE=0 would let
+    both compile)."""
+    (tmp_path / "kern.py").write_text(KERNEL)
+    (tmp_path / "run.py").write_text(RUNNER)
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    r = mpirun(2, sys.executable, tmp_path / "run.py", tmp_path, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    stats = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert len(stats) == 2, r.stdout
+    assert sorted(s["misses"] for s in stats) == [0, 1], stats
+    assert sorted(s["hits"] for s in stats) == [0, 1], stats
+
+
+@pytest.mark.parametrize("torch_first", [False, True])
+def test_torch_and_numba_share_one_openmp_runtime_if_mgg_comes_first(torch_first):
+    code = f"""
+import json, os
+{"import torch" if torch_first else ""}
+import mgg, numba, numpy as np, torch
+torch.ones(64, 64) @ torch.ones(64, 64)
+
+@numba.njit(parallel=True)
+def f(a):
+    for i in numba.prange(a.size):
+        a[i] += 1
+
+f(np.zeros(8))
+gomp = {{line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}}
+print(json.dumps({{"runtimes": len(gomp), "spin": os.environ.get("GOMP_SPINCOUNT")}}))
+"""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GOMP_SPINCOUNT"}
+    r = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if torch_first:  # two pools: their idle threads must not spin
+        assert got == {"runtimes": 2, "spin": "0"}
+    else:
+        assert got == {"runtimes": 1, "spin": None}
