@@ -18,6 +18,7 @@ import numpy as np
 
 from .comm.mpi import WINDOWS
 from .memory import peak_rss_mb
+from .partition.node_split import MODES
 
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
 GRAPH = (
@@ -44,7 +45,7 @@ DISTRIBUTED = (
 SHARDED = "; or a sharded dataset folder written by mgg partition --out"
 CONVERT_IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
 CONVERT_OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
-BALANCE = "balance edges (Algorithm 1) or node counts"
+BALANCE = "balance edges (Algorithm 1), node counts, or both shares (mixed)"
 START = "start at the model's guess (its ranking orders the moves), or at (1, 1, 1) as the paper"
 MODEL = (
     "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
@@ -148,7 +149,7 @@ def _parser() -> argparse.ArgumentParser:
         "--np", type=_integer(1), default=None, help="number of ranks P (--distributed: the job's)"
     )
     s.add_argument("--ps", type=_integer(1), default=16, help="neighbor partition size")
-    s.add_argument("--mode", choices=["edges", "nodes"], default="edges", help=BALANCE)
+    s.add_argument("--mode", choices=MODES, default="edges", help=BALANCE)
     s.add_argument("--no-transposed", action="store_true", help="skip the backward plans")
     s.add_argument("--out", help="write a sharded dataset to this folder (each rank opens its own)")
     s.add_argument("--model", default=None, help=PART_MODEL)
@@ -250,6 +251,7 @@ def _train_args(s, dataset=None, epochs=200, eval_every=1):
     s.add_argument("--ps", type=_integer(1), default=None, help="neighbor partition size (16)")
     s.add_argument("--dist", type=_integer(1), default=4, help=DIST)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
+    s.add_argument("--split", choices=MODES, default=None, help=f"{BALANCE} (default edges)")
     s.add_argument("--window", choices=["auto", *WINDOWS], default="auto", help=WINDOW)
     s.add_argument("--eval-every", type=_integer(0), default=eval_every, help="0: only at the end")
     s.add_argument("--checkpoint-dir", default=None)
@@ -684,6 +686,7 @@ def cmd_train(args) -> int:
         row_normalize=args.row_normalize,
         design=args.design,
         backend=backend,
+        split=args.split,
         **knobs,
     )
     setup_s = time.perf_counter() - t0

@@ -88,10 +88,13 @@ class DistGraph:
         self.seed, self.step, self._stream = 0, 0, 0
 
     @classmethod
-    def build(cls, graph: Graph, comm=None, ps: int = 16, **kw) -> DistGraph:
-        """Partition ``graph`` for the job of ``comm`` and keep this rank's plan."""
+    def build(
+        cls, graph: Graph, comm=None, ps: int = 16, *, split: str = "edges", **kw
+    ) -> DistGraph:
+        """Partition ``graph`` for the job of ``comm`` (node_split's ``split`` mode) and
+        keep this rank's plan."""
         size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-        return cls(build_plan(graph, size, ps, rank=rank), comm, **kw)
+        return cls(build_plan(graph, size, ps, rank=rank, mode=split), comm, **kw)
 
     @property
     def num_local_nodes(self) -> int:

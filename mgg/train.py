@@ -66,6 +66,7 @@ def prepare(
     row_normalize: bool = False,
     design: str = "pipelined",
     backend: str | Backend = "cpu",
+    split: str | None = None,
     **knobs,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
@@ -77,11 +78,18 @@ def prepare(
     get 20 training and 30 validation nodes per class (seeded); datasets without features
     get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random ones. Wide dense
     features that are mostly zeros (bag-of-words) are stored sparse. ``row_normalize``
-    scales each feature row to sum 1 (Kipf & Welling's preprocessing).
+    scales each feature row to sum 1 (Kipf & Welling's preprocessing). ``split``: how the
+    nodes are cut into ranks (node_split's modes; default "edges", Algorithm 1; "mixed"
+    also balances node counts, which dense layers cost); shards were cut when written.
     """
     kind = graph_kind(model)
     size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
     if isinstance(dataset, ShardedDataset):
+        if split is not None:
+            raise ValueError(
+                f"{dataset.path}: a sharded dataset was split into ranks when it was written "
+                "(mgg partition --mode); --split does not apply to it"
+            )
         dataset.check_job(size, kind, model)
         if not dataset.labels:
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
@@ -96,7 +104,13 @@ def prepare(
             )
         g = job_graph(dataset.graph, kind)
         dg = DistGraph.build(
-            g, comm, 16 if ps is None else ps, design=design, backend=backend, **knobs
+            g,
+            comm,
+            16 if ps is None else ps,
+            split=split or "edges",
+            design=design,
+            backend=backend,
+            **knobs,
         )
         rows, n = dataset.rows(dg.lb, dg.ub, seed), dataset.graph.num_nodes
     dg.seed = seed

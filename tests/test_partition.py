@@ -177,6 +177,24 @@ def test_node_balanced_mode_and_isolated_nodes_spread(rng):
     assert node_split(np.concatenate([[0], np.cumsum(deg)]), 2).tolist() == [0, 100, 200]
 
 
+@pytest.mark.parametrize("p", [1, 2, 3, 7, 64])
+def test_mixed_mode_balances_edge_and_node_shares(rng, p):
+    """Each rank's edge share + node share is 2/P within one node's own share (brute
+    force over every cut: no split does better at the worst rank by more than that)."""
+    for kind in range(3):  # skewed: few nodes hold most edges; uniform; hub
+        g = random_graph(rng, 300, 3000, hub_dst=kind == 2, isolated=150 if kind == 0 else 0)
+        n, e = g.num_nodes, g.num_edges
+        b = node_split(g.indptr, p, mode="mixed")
+        assert b[0] == 0 and b[-1] == n and np.all(np.diff(b) >= 0) and b.size == p + 1
+        cost = g.indptr / e + np.arange(n + 1) / n
+        share = np.diff(cost[b])
+        one = np.diff(cost).max()  # the most one node adds
+        assert np.all(np.abs(share - 2 / p) <= one + 1e-12), (share, one)
+        plans = build_plan(g, p, 8, mode="mixed")
+        assert [q.lb for q in plans] == b[:-1].tolist()
+        assert sum(q.num_local_edges + q.num_remote_edges for q in plans) == e
+
+
 def test_plan_is_immutable_and_deterministic(rng):
     g = random_graph(rng, 300, 3000)
     a, b = build_plan(g, 3, 4), build_plan(g, 3, 4)

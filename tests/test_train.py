@@ -91,6 +91,26 @@ def test_mgg_train_json_keeps_its_keys_and_trains_from_shards(tmp_path):
     np.testing.assert_allclose(res["losses"], one, rtol=0, atol=1e-5)
 
 
+@pytest.mark.mpi
+def test_mixed_split_trains_as_one_process_and_shards_refuse_it(tmp_path):
+    """--split mixed cuts the ranks elsewhere (node and edge shares) and still trains as a
+    single process does; a sharded dataset, cut when written, refuses --split."""
+    from mgg.partition import node_split
+
+    g = resolve(PLANTED).graph
+    assert node_split(g.indptr, 3, "mixed").tolist() != node_split(g.indptr, 3).tolist()
+    res = train_json(3, "--dataset", PLANTED, "--model", "gin", "--epochs", "3", "--split", "mixed")
+    one = [h["loss"] for h in trainer(resolve(PLANTED), "gin").fit(3)]
+    np.testing.assert_allclose(res["losses"], one, rtol=0, atol=1e-5)
+    from mgg.cli import main
+
+    shards = str(tmp_path / "shards")
+    assert main(["partition", PLANTED, "--np", "2", "--model", "gcn", "--out", shards]) == 0
+    r = mpirun(2, "mgg", "train", "--dataset", shards, "--split", "mixed", "--epochs", "1")
+    assert r.returncode != 0 and "--split does not apply" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "model,seeds,goal",
