@@ -18,6 +18,7 @@ BENCHES = {
     "cpu_aggregation": (["--real"], ["--scale", "16", "--repeat", "5"]),
     "distributed_designs": (["--real"], ["--rmat-scale", "14", "--repeat", "3"]),
     "train_vs_pyg": ([], ["--graphs", "cora", "--models", "gcn,gat", "--epochs", "5"]),
+    "first_run": ([], ["--np", "2", "--epochs", "3", "--repeat", "1"]),
 }
 
 
