@@ -163,7 +163,9 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--scale", type=float, default=0.13, help="products stand-in (8M edges)")
-    ap.add_argument("--graphs", help="only these graphs of ../shared/data (no stand-in)")
+    ap.add_argument(
+        "--graphs", help="only these graphs of ../shared/data (and products: the stand-in)"
+    )
     ap.add_argument("--pyg-worker", nargs=3, metavar=("PATH", "MODEL", "EPOCHS"))
     args = ap.parse_args()
     if args.pyg_worker:
@@ -171,9 +173,12 @@ def main():
         return pyg_worker(path, name, int(epochs))
     stem = "train_vs_pyg"
     if args.graphs:
-        paths = real_graphs(tuple(args.graphs.split(",")))
+        names = args.graphs.split(",")
+        paths = real_graphs(tuple(n for n in names if n != "products"))
         datasets = [complete(read_npz(p)) for p in paths]
-        stem += "-" + "-".join(p.stem for p in paths)
+        if "products" in names:
+            datasets.append(complete(resolve(f"products:scale={args.scale}")))
+        stem += "-" + "-".join([p.stem for p in paths] + ["products"] * ("products" in names))
     else:
         datasets = [complete(read_npz(p)) for p in real_graphs()]
         datasets.append(complete(resolve(f"products:scale={args.scale}")))
