@@ -30,7 +30,9 @@ def one_openmp_runtime() -> None:
     same cores. Loading numba's first (before torch) lets torch resolve to it. If torch
     came first, the two pools stay; their idle threads then must not spin (they starved
     each other's work: 7x on a GIN epoch, docs/runtime.md), so GOMP_SPINCOUNT=0.
-    An explicit setting of the user's wins either way."""
+    An explicit setting of the user's wins either way; NUMBA_THREADING_LAYER=workqueue
+    keeps the runtimes apart (for a torch built against a newer libgomp than the
+    system's)."""
     layer = os.environ.get("NUMBA_THREADING_LAYER", "default")
     if "torch" not in sys.modules and layer in ("default", "safe", "forksafe", "omp"):
         try:
