@@ -188,7 +188,7 @@ class DistGraph:
         on one node, where shm's loads beat any copy; msg and rma across nodes)."""
         if self.comm is None or self.size == 1 or "window" not in self.design_cls.knobs:
             return ()
-        return tuple(w for w in self.comm.window_choices if w in self.design_cls.windows)
+        return self.design_cls.window_choices(self.comm)
 
     def configure(self, **config) -> None:
         """Collective: switch to another configuration of the knobs ``KNOBS`` (the

@@ -100,9 +100,8 @@ class _OnImport(importlib.abc.MetaPathFinder):
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_then(module):
+        def exec_then(module):  # the import machinery has put module in sys.modules
             exec_module(module)
-            sys.modules[fullname] = module
             self.then()
 
         spec.loader.exec_module = exec_then
@@ -120,7 +119,6 @@ def _lock_compiles(path: str) -> None:
         return
     compile_ = Dispatcher.compile
     held = threading.local()  # callees compile inside their caller's compile: lock once
-    guard = threading.Lock()
 
     def compile(self, sig):
         if getattr(held, "depth", 0):
@@ -148,7 +146,7 @@ def _lock_compiles(path: str) -> None:
                     return cres.entry_point
             except AttributeError:  # another numba's internals: its own compile does it
                 pass
-        with guard, open(path, "a") as f:
+        with open(path, "a") as f:  # flock: other processes, and this one's other threads
             fcntl.flock(f, fcntl.LOCK_EX)  # released when f closes, or the process dies
             held.depth = 1
             try:

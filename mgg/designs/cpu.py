@@ -52,6 +52,12 @@ class CpuDesign(Design):
             return comm.window
         return next(w for w in cls.windows if w != "shm" or comm.single_node)
 
+    @classmethod
+    def window_choices(cls, comm) -> tuple[str, ...]:
+        """The windows worth measuring against each other for this design in the job of
+        ``comm`` (none on one node, where shm's loads beat any copy)."""
+        return tuple(w for w in comm.window_choices if w in cls.windows)
+
     def weights(self, op: str, which: str):
         """The plan's weights for 'gcn', the call's (if given), else None."""
         if self.edge_weights is not None:

@@ -63,8 +63,9 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
 # one call from Python (they were four, plus a chunk-size context: 55 -> 26 us for a
 # 64-node graph; a whole aggregation of Cora at D = 16 takes 60-90 us).
 @numba.njit(cache=True)
-def _chunks(part_ptr, k0, k1, nchunks, d, dtype_of):
-    """Edge-balanced cuts [nchunks+1] of partitions [k0, k1), and their carry rows."""
+def _chunks(part_ptr, k0, k1, nchunks, out):
+    """Edge-balanced cuts [nchunks+1] of partitions [k0, k1), and their carry rows
+    [nchunks, D] (like out's)."""
     e0, e1 = part_ptr[k0], part_ptr[k1]
     cuts = np.empty(nchunks + 1, np.int64)
     cuts[0], cuts[nchunks] = k0, k1
@@ -78,26 +79,26 @@ def _chunks(part_ptr, k0, k1, nchunks, d, dtype_of):
             else:
                 hi = mid
         cuts[c] = lo
-    return cuts, np.zeros((nchunks, d), dtype_of.dtype)
+    return cuts, np.zeros((nchunks, out.shape[1]), out.dtype)
 
 
 @numba.njit(cache=True)
 def _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out.shape[1], out)
+    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
     _accumulate(part_ptr, part_node, cuts, indices, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 
 
 @numba.njit(cache=True)
 def _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out.shape[1], out)
+    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
     _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 
 
 @numba.njit(cache=True)
 def _run_heads(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out.shape[1], out)
+    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
     _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry)
     _add_carry(part_node, cuts, out, carry)
 

@@ -60,7 +60,7 @@ def _dropout_dense(x, out, key, lb, threshold, scale):
     n, d = x.shape
     xf, of = x.ravel(), out.ravel()
     dd = np.uint64(d)
-    zero = np.zeros(1, out.dtype)[0]
+    zero = scale - scale  # 0 of scale's type
     for i in numba.prange(n):
         base = np.uint64(i) * dd
         z = key + (np.uint64(lb + i) * dd + np.uint64(1)) * GOLDEN
