@@ -48,13 +48,24 @@ def sddmm(indptr, indices, a, b, heads: int):
 
 
 @numba.njit(cache=True, inline="always")
+def _counter(key, row, col, ncols):
+    """The counter hashed for entry (row, col) of a [*, ncols] mask; the next column's is
+    this + GOLDEN."""
+    return key + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1)) * GOLDEN
+
+
+@numba.njit(cache=True, inline="always")
+def _kept(z, threshold):
+    return np.uint32(mix64(z) >> np.uint64(32)) >= threshold
+
+
+@numba.njit(cache=True, inline="always")
 def _keep(key, row, col, ncols, threshold):
-    z = mix64(key + (np.uint64(row) * np.uint64(ncols) + np.uint64(col) + np.uint64(1)) * GOLDEN)
-    return np.uint32(z >> np.uint64(32)) >= threshold
+    return _kept(_counter(key, row, col, ncols), threshold)
 
 
-# Flat arrays and a counter stepped by GOLDEN along the row (the same counters _keep
-# hashes): the loop vectorizes, 2.4x the 2-D loop on amazon_computers' 13752 x 767 features.
+# Flat arrays and the counter stepped by GOLDEN along the row: the loop vectorizes, 2.4x
+# the 2-D loop on amazon_computers' 13752 x 767 features.
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _dropout_dense(x, out, key, lb, threshold, scale):
     n, d = x.shape
@@ -63,9 +74,9 @@ def _dropout_dense(x, out, key, lb, threshold, scale):
     zero = scale - scale  # 0 of scale's type
     for i in numba.prange(n):
         base = np.uint64(i) * dd
-        z = key + (np.uint64(lb + i) * dd + np.uint64(1)) * GOLDEN
+        z = _counter(key, lb + i, 0, d)
         for j in range(dd):
-            keep = np.uint32(mix64(z) >> np.uint64(32)) >= threshold
+            keep = _kept(z, threshold)
             of[base + j] = xf[base + j] * (scale if keep else zero)
             z += GOLDEN
 
