@@ -214,8 +214,8 @@ class DistGraph:
                 raise InputError(f"the {self.design} design of this job takes no window")
             if window not in self.design_cls.windows:
                 raise InputError(f"the {self.design} design takes no window {window!r}")
-            if window == "shm" and not getattr(self.comm, "single_node", True):
-                raise InputError("window shm needs every rank on one node")
+            if window not in self.comm.windows:
+                raise InputError(f"window {window} needs every rank on one node")
             if window == self.design_cls.default_window(self.comm) and "window" not in self.knobs:
                 window = None  # the default: the designs already open are it
         new = {"dist": dist, "wpb": wpb, "window": window}

@@ -9,7 +9,8 @@ import numpy as np
 class Comm:
     """rank, size, collectives on small host arrays, and symmetric allocation.
 
-    ``window``: the default SymmetricArray mode ('shm', 'rma', 'msg'), ``window_choices``
+    ``window``: the default SymmetricArray mode ('shm', 'rma', 'msg'; ``window_asked``:
+    the user's choice, not auto's), ``windows`` those this job can use, ``window_choices``
     those a tuner measures against each other here; ``device_memory``: whether
     symmetric arrays live on the GPU (NVSHMEM), where ``peer_pointers`` gives every PE's
     address of an array and ``unreachable`` the peers that loads cannot reach, and why.
@@ -18,6 +19,8 @@ class Comm:
     rank: int = 0
     size: int = 1
     window: str = "rma"
+    window_asked: bool = False
+    windows: tuple[str, ...] = ("rma",)
     device_memory: bool = False
     unreachable: dict[int, str] = {}
     window_choices: tuple[str, ...] = ()  # the windows a tuner measures against each other

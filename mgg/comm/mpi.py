@@ -137,6 +137,7 @@ class MPIComm(Comm):
             )
         self.window = ("shm" if self.single_node else "msg") if window == "auto" else window
         self.window_asked = window != "auto"
+        self.windows = tuple(w for w in WINDOWS if w != "shm" or self.single_node)
         # one node: shm's loads beat any copy; across nodes, measure
         self.window_choices = () if self.single_node else ("msg", "rma")
         unlink_node_segment(self.node)

@@ -150,7 +150,7 @@ def check(
     if backend.gpu:
         windows = ["device"]
     elif every:
-        windows = [w for w in ("shm", "rma", "msg") if w != "shm" or comm.single_node]
+        windows = list(comm.windows)
     else:  # auto (None): each design on its default (mgg.designs.cpu.CpuDesign)
         windows = [None if w == "auto" else w for w in windows]
     shard_plan = graph_root = None

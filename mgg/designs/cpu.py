@@ -48,9 +48,9 @@ class CpuDesign(Design):
     def default_window(cls, comm) -> str:
         """The job's window (comm.window) if this design takes it or the user chose it
         (the constructor then refuses it), else the first of ``windows`` the job can use."""
-        if comm.window in cls.windows or getattr(comm, "window_asked", False):
+        if comm.window in cls.windows or comm.window_asked:
             return comm.window
-        return next(w for w in cls.windows if w != "shm" or comm.single_node)
+        return next(w for w in cls.windows if w in comm.windows)
 
     @classmethod
     def window_choices(cls, comm) -> tuple[str, ...]:

@@ -39,9 +39,9 @@ def node_split(indptr, num_ranks: int, mode: str = "edges") -> np.ndarray:
     if mode == "mixed":
         cost = indptr / e + np.arange(n + 1) / n  # float64 [N+1]: edge share + node share
         t = 2.0 * s[1:-1] / p
-        i = np.searchsorted(cost, t)
-        i -= (i > 0) & (t - cost[np.maximum(i - 1, 0)] < cost[np.minimum(i, n)] - t)
-        return np.concatenate(([0], np.minimum(i, n), [n])).astype(np.int64)
+        i = np.searchsorted(cost, t)  # cost[i-1] < t <= cost[i]; i <= n, as cost[n] = 2
+        i -= (i > 0) & (t - cost[i - 1] < cost[i] - t)  # the nearer of the two
+        return np.concatenate(([0], i, [n])).astype(np.int64)
     bounds = np.empty(p + 1, np.int64)
     bounds[0], bounds[p] = 0, n
     last = 0
