@@ -189,8 +189,9 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
-def mgg_json(nprocs: int, *args, timeout: float = 3600) -> dict:
-    """Run `mggrun -np P mgg ARGS --json` and return the JSON of its last line."""
+def mgg_json(nprocs: int, *args, timeout: float = 3600, env: dict | None = None) -> dict:
+    """Run `mggrun -np P mgg ARGS --json` (``env``: variables added to this process's)
+    and return the JSON of its last line."""
     cmd = [
         sys.executable,
         str(ROOT / "launch" / "mggrun"),
@@ -200,7 +201,8 @@ def mgg_json(nprocs: int, *args, timeout: float = 3600) -> dict:
         *map(str, args),
         "--json",
     ]
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    env = None if env is None else dict(os.environ, **env)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -11,30 +11,24 @@ of the same setting (medians). Goal: under 20 s.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
-import sys
 import tempfile
 import time
 
 import numpy as np
 
-from common import RESULTS, ROOT, write_results
+from common import RESULTS, mgg_json, write_results
 
 
 def demo(np_: int, epochs: int, cache: str, serial: bool) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=cache, MGG_SERIAL_COMPILE="1" if serial else "0")
-    cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(np_)]
-    cmd += [str(ROOT / ".venv" / "bin" / "mgg"), "demo", "--epochs", str(epochs)]
+    env = {"NUMBA_CACHE_DIR": cache, "MGG_SERIAL_COMPILE": "1" if serial else "0"}
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=1800)
+    res = mgg_json(np_, "demo", "--epochs", epochs, env=env, timeout=1800)
     wall = time.perf_counter() - t0
-    if r.returncode:
-        raise RuntimeError(f"mgg demo failed:\n{r.stderr[-3000:]}")
-    setup = float(re.search(r"setup ([\d.]+) s", r.stdout).group(1))
-    first = float(re.search(r"epoch +1 .*? ([\d.]+) ms", r.stdout).group(1)) / 1e3
-    return {"wall_s": wall, "setup_s": setup, "first_epoch_s": first}
+    return {
+        "wall_s": wall,
+        "setup_s": res["setup_s"],
+        "first_epoch_s": res["history"][0]["seconds"],
+    }
 
 
 def plot(rows, path) -> None:

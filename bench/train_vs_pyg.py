@@ -171,17 +171,15 @@ def main():
     if args.pyg_worker:
         path, name, epochs = args.pyg_worker
         return pyg_worker(path, name, int(epochs))
-    stem = "train_vs_pyg"
-    if args.graphs:
-        names = args.graphs.split(",")
-        paths = real_graphs(tuple(n for n in names if n != "products"))
-        datasets = [complete(read_npz(p)) for p in paths]
-        if "products" in names:
-            datasets.append(complete(resolve(f"products:scale={args.scale}")))
-        stem += "-" + "-".join([p.stem for p in paths] + ["products"] * ("products" in names))
-    else:
-        datasets = [complete(read_npz(p)) for p in real_graphs()]
+    names = args.graphs.split(",") if args.graphs else None
+    products = names is None or "products" in names  # the stand-in
+    paths = real_graphs(tuple(n for n in names if n != "products")) if names else real_graphs()
+    datasets = [complete(read_npz(p)) for p in paths]
+    if products:
         datasets.append(complete(resolve(f"products:scale={args.scale}")))
+    stem = "train_vs_pyg"
+    if names:
+        stem += "-" + "-".join([p.stem for p in paths] + ["products"] * products)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for ds in datasets:
