@@ -38,11 +38,12 @@ import sys
 import time
 from pathlib import Path
 
+from .process import local_size
+
 SHIM = "--mgg-rank-shim"
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 _LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
-_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
 STALE_AFTER_S = 2.0  # a file this young may be a starting job's, not yet mapped
@@ -76,14 +77,14 @@ def rank_environment(env=None, cpus=None, gpus=None) -> dict:
     env = os.environ if env is None else env
     rank = _first(env, _RANK_VARS, 0)
     local = _first(env, _LOCAL_RANK_VARS, 0)
-    local_size = max(1, _first(env, _LOCAL_SIZE_VARS, 1))
+    nlocal = local_size(env)
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
-    threads = str(max(1, cpus // local_size))
+    threads = str(max(1, cpus // nlocal))
     out = {
         "MGG_RANK": str(rank),
         "MGG_SIZE": str(_first(env, _SIZE_VARS, 1)),
         "MGG_LOCAL_RANK": str(local),
-        "MGG_LOCAL_SIZE": str(local_size),
+        "MGG_LOCAL_SIZE": str(nlocal),
         "MGG_LAUNCHER": "mggrun",
     }
     gpus = _count_gpus(env) if gpus is None else gpus

@@ -18,7 +18,11 @@ import threading
 def apply() -> None:
     one_openmp_runtime()
     keep_freed_memory()
-    if _local_ranks() > 1:
+    try:
+        several = local_size() > 1
+    except ValueError:  # a launcher variable that is not a count: no lock, no failed import
+        several = False
+    if several:
         serialize_compiles()
 
 
@@ -59,10 +63,16 @@ def keep_freed_memory(limit: int = 1 << 30) -> None:
     libc.mallopt(m_trim_threshold, limit)
 
 
-def _local_ranks() -> int:
-    for var in ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE"):  # MPICH/hydra, Open MPI
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
+_LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def local_size(env=None) -> int:
+    """The ranks on this node, as the launcher (MPICH, Open MPI, Slurm) reports them
+    (Slurm's "2(x3)": 2)."""
+    env = os.environ if env is None else env
+    for var in _LOCAL_SIZE_VARS:
+        if env.get(var, "").strip():
+            return max(1, int(env[var].split("(")[0].split(",")[0]))
     return 1
 
 

@@ -1,6 +1,7 @@
 """Process-wide settings of `import mgg` (mgg/process.py), checked in real processes."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -62,7 +63,7 @@ f(np.zeros(8))
 gomp = {{line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}}
 print(json.dumps({{"runtimes": len(gomp), "spin": os.environ.get("GOMP_SPINCOUNT")}}))
 """
-    env = {k: v for k, v in __import__("os").environ.items() if k != "GOMP_SPINCOUNT"}
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     r = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
     )
@@ -72,3 +73,25 @@ print(json.dumps({{"runtimes": len(gomp), "spin": os.environ.get("GOMP_SPINCOUNT
         assert got == {"runtimes": 2, "spin": "0"}
     else:
         assert got == {"runtimes": 1, "spin": None}
+
+
+def test_ranks_on_a_node_as_each_launcher_reports_them():
+    """One reading of the launcher's per-node count: mggrun's threads and the compile
+    lock both follow it."""
+    from mgg.launch import rank_environment
+    from mgg.process import local_size
+
+    assert local_size({}) == 1
+    assert local_size({"MPI_LOCALNRANKS": "3", "SLURM_NTASKS_PER_NODE": "8"}) == 3
+    assert local_size({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 4
+    assert local_size({"SLURM_NTASKS_PER_NODE": "2(x3)"}) == 2
+    env = rank_environment({"SLURM_NTASKS_PER_NODE": "2(x3)"}, cpus=8, gpus=0)
+    assert env["MGG_LOCAL_SIZE"] == "2" and env["NUMBA_NUM_THREADS"] == "4"
+    r = subprocess.run(
+        [sys.executable, "-c", "import mgg, sys; print(type(sys.meta_path[0]).__name__)"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, MPI_LOCALNRANKS="junk"),
+        cwd=ROOT,
+    )
+    assert r.returncode == 0 and r.stdout.strip() != "_OnImport", r.stderr[-2000:]
