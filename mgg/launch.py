@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from .process import local_size
+from .process import launcher_int, local_size
 
 SHIM = "--mgg-rank-shim"
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -65,24 +65,17 @@ def find_mpiexec() -> str:
     return found
 
 
-def _first(env, names, default):
-    for n in names:
-        if env.get(n, "").strip():
-            return int(env[n].split("(")[0].split(",")[0])
-    return default
-
-
 def rank_environment(env=None, cpus=None, gpus=None) -> dict:
     """The variables the shim adds for this rank (explicit thread settings are kept)."""
     env = os.environ if env is None else env
-    rank = _first(env, _RANK_VARS, 0)
-    local = _first(env, _LOCAL_RANK_VARS, 0)
+    rank = launcher_int(env, _RANK_VARS, 0)
+    local = launcher_int(env, _LOCAL_RANK_VARS, 0)
     nlocal = local_size(env)
     cpus = cpus if cpus is not None else len(os.sched_getaffinity(0))
     threads = str(max(1, cpus // nlocal))
     out = {
         "MGG_RANK": str(rank),
-        "MGG_SIZE": str(_first(env, _SIZE_VARS, 1)),
+        "MGG_SIZE": str(launcher_int(env, _SIZE_VARS, 1)),
         "MGG_LOCAL_RANK": str(local),
         "MGG_LOCAL_SIZE": str(nlocal),
         "MGG_LAUNCHER": "mggrun",

@@ -66,14 +66,18 @@ def keep_freed_memory(limit: int = 1 << 30) -> None:
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
-def local_size(env=None) -> int:
-    """The ranks on this node, as the launcher (MPICH, Open MPI, Slurm) reports them
-    (Slurm's "2(x3)": 2)."""
-    env = os.environ if env is None else env
-    for var in _LOCAL_SIZE_VARS:
+def launcher_int(env, names, default: int) -> int:
+    """The first of the launcher variables ``names`` set in ``env``, as an int (Slurm's
+    "2(x3)": 2), else ``default``; ValueError if it is not a number."""
+    for var in names:
         if env.get(var, "").strip():
-            return max(1, int(env[var].split("(")[0].split(",")[0]))
-    return 1
+            return int(env[var].split("(")[0].split(",")[0])
+    return default
+
+
+def local_size(env=None) -> int:
+    """The ranks on this node, as the launcher (MPICH, Open MPI, Slurm) reports them."""
+    return max(1, launcher_int(os.environ if env is None else env, _LOCAL_SIZE_VARS, 1))
 
 
 def serialize_compiles(path: str | None = None) -> None:

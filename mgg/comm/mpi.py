@@ -189,8 +189,8 @@ class MPIComm(Comm):
         mode = window or self.window
         if mode not in WINDOWS:
             raise ValueError(f"window must be 'shm', 'rma' or 'msg', got {mode!r}")
-        if mode == "shm" and not self.single_node:
-            raise ValueError("window='shm' needs every rank on one node")
+        if mode not in self.windows:
+            raise ValueError(f"window={mode!r} needs every rank on one node")
         if mode == "msg":
             return PrivateArray(rows, dim, np.dtype(dtype))
         return MPISymmetricArray(self, rows, dim, np.dtype(dtype), mode)
