@@ -186,9 +186,7 @@ class DistGraph:
     def window_choices(self) -> tuple[str, ...]:
         """The windows worth measuring against each other for this job's design (none
         on one node, where shm's loads beat any copy; msg and rma across nodes)."""
-        if self.comm is None or self.size == 1 or "window" not in self.design_cls.knobs:
-            return ()
-        return self.design_cls.window_choices(self.comm)
+        return () if self.comm is None else self.design_cls.window_choices(self.comm)
 
     def configure(self, **config) -> None:
         """Collective: switch to another configuration of the knobs ``KNOBS`` (the

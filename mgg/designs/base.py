@@ -40,6 +40,12 @@ class Design:
         self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
         self.edge_weights = None  # (local, remote) during a call that gives them
 
+    @classmethod
+    def window_choices(cls, comm) -> tuple[str, ...]:
+        """The windows worth measuring against each other for this design in the job of
+        ``comm``: none, unless the design takes a window (CpuDesign)."""
+        return ()
+
     # what the output holds: this rank's rows
     @property
     def rows(self) -> int:

@@ -111,7 +111,7 @@ def tune(
     third = list(space)[2]
     default = {"ps": 16, "dist": 4, third: 4 if backend.gpu else max(space[third])}
     t0 = time.perf_counter()
-    choices = cls.window_choices(comm) if "window" in cls.knobs else ()
+    choices = cls.window_choices(comm)
     picked, window_latency = choose_window(choices, default, measure, protocol.min_samples)
     if picked:
         window["window"] = picked
