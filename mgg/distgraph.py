@@ -184,8 +184,8 @@ class DistGraph:
 
     @property
     def window_choices(self) -> tuple[str, ...]:
-        """The windows worth measuring against each other for this job's design (none
-        on one node, where shm's loads beat any copy; msg and rma across nodes)."""
+        """The windows worth measuring against each other for this job's design
+        (Design.window_choices)."""
         return () if self.comm is None else self.design_cls.window_choices(self.comm)
 
     def configure(self, **config) -> None:

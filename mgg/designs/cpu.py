@@ -54,8 +54,7 @@ class CpuDesign(Design):
 
     @classmethod
     def window_choices(cls, comm) -> tuple[str, ...]:
-        """The windows worth measuring against each other for this design in the job of
-        ``comm`` (none on one node, where shm's loads beat any copy)."""
+        """Those of the job's (comm.window_choices) that this design takes."""
         return tuple(w for w in comm.window_choices if w in cls.windows)
 
     def weights(self, op: str, which: str):
