@@ -635,7 +635,7 @@ def test_gpu_dropout_draws_the_cpu_masks(rng):
     import torch
 
     import mgg.torch as mt
-    from mgg.backend import get_backend
+    from mgg.backend import get_backend, to_host
     from mgg.distgraph import DistGraph
     from mgg.graph.generators import rmat
 
@@ -654,7 +654,7 @@ def test_gpu_dropout_draws_the_cpu_masks(rng):
         )
         out[b] = (
             dense.cpu().numpy(),
-            get_backend(b).to_host(sparse).toarray(),
+            to_host(sparse).toarray(),
             alpha.cpu().numpy(),
         )
     for a, b in zip(out["cpu"], out["cuda"], strict=True):
@@ -762,6 +762,30 @@ def test_mgg_check_with_nvshmem_reports_the_size_and_the_remote_path():
     assert res["np"] == 2
     pipelined = [run for run in res["runs"] if run["design"] == "pipelined"]
     assert pipelined and all(run["remote_path"]["mode"] == "get" for run in pipelined)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.mpi
+@pytest.mark.parametrize("model", ["gat", "gcn"])
+def test_gpu_training_on_two_pes_follows_one_cpu_rank(model):
+    """mgg train on 2 NVSHMEM PEs (halo rows, edge weights moved to the transposed plan,
+    SDDMM over remote sources, gradients summed over MPI) follows a 1-rank CPU run."""
+    pytest.importorskip("nvshmem.core")
+    from conftest import last_json, mpirun
+
+    args = ["mgg", "train", "--dataset", "planted:nodes=3000,classes=4", "--model", model]
+    args += ["--epochs", "12", "--json"]
+    runs = {}
+    for np_, backend in ((1, "cpu"), (2, "cuda")):
+        r = mpirun(np_, *args, "--backend", backend, timeout=150)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[backend] = last_json(r.stdout)
+    assert runs["cuda"]["np"] == 2  # not a run of singletons
+    want = [h["loss"] for h in runs["cpu"]["history"]]
+    got = [h["loss"] for h in runs["cuda"]["history"]]
+    assert len(got) == len(want) == 12
+    np.testing.assert_allclose(got, want, atol=2e-3)
 
 
 @gpu

@@ -24,7 +24,16 @@ import warnings
 import numpy as np
 from common_gpu import Results, check_output, copy_bandwidth, cuda_compare, device, raw_log
 
-SWEEP = [(16, 4, 4), (8, 4, 8), (16, 1, 8), (32, 2, 4), (16, 8, 8), (4, 8, 16)]
+SWEEP = [
+    (16, 4, 4),
+    (8, 4, 8),
+    (16, 1, 8),
+    (32, 2, 4),
+    (16, 8, 8),
+    (4, 8, 16),
+    (64, 1, 4),
+    (128, 1, 4),
+]
 MARGIN = 1.2  # allocator rounding, workspaces
 
 

@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--scale", type=float, default=0.25)
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--graphs", default=",".join(PAPER_GRAPHS))
+    ap.add_argument("--models", default=",".join(mt.MODELS))
     args = ap.parse_args()
     res = Results(
         "e2e_vs_pyg",
@@ -64,7 +65,8 @@ def main():
 
             if ds.train_mask is None:
                 ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)
-            for model, spec in mt.MODELS.items():
+            for model in args.models.split(","):
+                spec = mt.MODELS[model]
                 dg, data = prepare(ds, None, model, backend="cuda")
                 m = mt.build_model(model, data.num_features, data.num_classes).to("cuda")
                 opt = build_optimizer("adam", m, spec.lr, spec.weight_decay)

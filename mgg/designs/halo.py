@@ -3,7 +3,8 @@ aggregation kernels: what a layer needs besides aggregating (GAT's attention sca
 remote sources, per-edge weights in the transposed plan's order).
 
 Both are set up once per plan (collectively) and run over the comm's alltoallv, on host
-arrays (the MPI wheel is not CUDA-aware)."""
+arrays (the MPI wheel is not CUDA-aware): numpy in, numpy out; cupy in, cupy out, with
+only what crosses ranks passing through the host."""
 
 from __future__ import annotations
 
@@ -36,26 +37,34 @@ class HaloExchange:
         self.send_rows = np.concatenate(wanted).astype(np.int64)
         self.send_counts = np.array([w.size for w in wanted], np.int64)
 
-    def gather(self, x: np.ndarray) -> np.ndarray:
-        """Collective. x [n, k] this rank's rows -> [H, k]."""
-        x = np.ascontiguousarray(x)
-        out = np.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
+    def gather(self, x):
+        """Collective. x [n, k] this rank's rows (numpy or cupy) -> [H, k] on x's device."""
+        xp = _module(x)
+        out = xp.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
         if self.comm is None or self.plan.num_ranks == 1:
             return out
-        recv = np.empty_like(out)
-        self.comm.alltoallv(x[self.send_rows], self.send_counts, recv, self.recv_counts)
-        out[self.order] = recv
+        recv = np.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
+        send = _host(x[_on(self, xp, "send_rows")])
+        self.comm.alltoallv(np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts)
+        out[_on(self, xp, "order")] = xp.asarray(recv)
         return out
 
-    def scatter_add(self, g: np.ndarray) -> np.ndarray:
-        """Collective. g [H, k] per halo row -> [n, k] summed into the owners' rows."""
-        g = np.ascontiguousarray(g)
-        out = np.zeros((self.plan.num_local_nodes, *g.shape[1:]), g.dtype)
+    def scatter_add(self, g):
+        """Collective. g [H, k] per halo row (numpy or cupy) -> [n, k] summed into the
+        owners' rows, on g's device."""
+        xp = _module(g)
+        out = xp.zeros((self.plan.num_local_nodes, *g.shape[1:]), g.dtype)
         if self.comm is None or self.plan.num_ranks == 1:
             return out
         recv = np.empty((self.send_rows.size, *g.shape[1:]), g.dtype)
-        self.comm.alltoallv(g[self.order], self.recv_counts, recv, self.send_counts)
-        np.add.at(out, self.send_rows, recv)
+        send = _host(g[_on(self, xp, "order")])
+        self.comm.alltoallv(np.ascontiguousarray(send), self.recv_counts, recv, self.send_counts)
+        if xp is np:
+            np.add.at(out, self.send_rows, recv)
+        else:
+            import cupyx
+
+            cupyx.scatter_add(out, _on(self, xp, "send_rows"), xp.asarray(recv))
         return out
 
 
@@ -87,14 +96,43 @@ class EdgeTranspose:
         comm.alltoallv(fr[self.send_order], self.send_counts, keys, self.recv_counts)
         self.remote = _pairing(keys, tr, "remote")
 
-    def __call__(self, local: np.ndarray, remote: np.ndarray):
-        """Collective: (local [El, ...], remote [Er, ...]) -> the transposed plan's pair."""
-        out_local = np.ascontiguousarray(local[self.local])
+    def __call__(self, local, remote):
+        """Collective: (local [El, ...], remote [Er, ...]) -> the transposed plan's pair,
+        numpy for numpy, cupy for cupy: only the remote values cross the host (for MPI)."""
+        xp = _module(local)
         recv = np.empty((int(self.recv_counts.sum()), *remote.shape[1:]), remote.dtype)
         if self.plan.num_ranks > 1:
-            send = np.ascontiguousarray(remote[self.send_order])
-            self.comm.alltoallv(send, self.send_counts, recv, self.recv_counts)
-        return out_local, np.ascontiguousarray(recv[self.remote])
+            send = _host(remote[_on(self, xp, "send_order")])
+            self.comm.alltoallv(
+                np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts
+            )
+        return (
+            xp.ascontiguousarray(local[_on(self, xp, "local")]),
+            xp.asarray(recv)[_on(self, xp, "remote")],
+        )
+
+
+def _module(a):
+    """numpy, or cupy for a cupy array (imported only then)."""
+    if type(a).__module__.startswith("cupy"):
+        import cupy
+
+        return cupy
+    return np
+
+
+def _host(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def _on(obj, xp, name: str):
+    """obj's host index array ``name`` on xp's device (uploaded once, then kept)."""
+    if xp is np:
+        return getattr(obj, name)
+    held = obj.__dict__.setdefault("_device", {})
+    if name not in held:
+        held[name] = xp.asarray(getattr(obj, name))
+    return held[name]
 
 
 def _pairing(source_keys: np.ndarray, target_keys: np.ndarray, what: str) -> np.ndarray:

@@ -110,8 +110,8 @@ class _Aggregate(torch.autograd.Function):
                 dy_t = dy * _to(_inverse_in_degrees(g, dy.dtype), dy)[:, None]
                 dx = g.aggregate(dy_t, "sum", transpose=True)
             elif ctx.weighted:
-                wt = g.edge_transpose(to_host(as_array(wl)), to_host(as_array(wr)))
-                dx = g.aggregate(dy, "sum", transpose=True, weights=tuple(_to(w, dy) for w in wt))
+                wt = g.edge_transpose(as_array(wl), as_array(wr))
+                dx = g.aggregate(dy, "sum", transpose=True, weights=wt)
             else:  # sum, gcn, gin: the same op over the transposed plan
                 dx = g.aggregate(dy, op, transpose=True, eps=ctx.eps)
             dx = as_tensor(dx)
@@ -135,12 +135,14 @@ def _inverse_in_degrees(g, dtype) -> np.ndarray:
 def edge_weight_grads(g, x, dy, heads: int):
     """(local [El, H], remote [Er, H]): d loss / d w_e = <dy_v, x_u> per head, for the
     forward plan's edges u -> v (SDDMM; remote sources from the halo)."""
-    p, nn = g.plan, g.backend.nn
-    halo = _to(g.halo.gather(to_host(x)), x)
-    return (
-        nn.sddmm(p.local_indptr, p.local_indices, dy, x, heads),
-        nn.sddmm(p.remote_indptr, p.remote_slot, dy, halo, heads),
-    )
+    key = ("sddmm_csr", on_gpu(x))
+    if key not in g.cache:  # on the device once, not per call
+        p = g.plan
+        csr = (p.local_indptr, p.local_indices, p.remote_indptr, p.remote_slot)
+        g.cache[key] = tuple(_to(a, x) for a in csr)
+    lp, li, rp, rs = g.cache[key]
+    nn = g.backend.nn
+    return nn.sddmm(lp, li, dy, x, heads), nn.sddmm(rp, rs, dy, g.halo.gather(x), heads)
 
 
 def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> torch.Tensor:
@@ -198,12 +200,12 @@ class _Halo(torch.autograd.Function):
     def forward(ctx, x, g):
         ctx.g = g
         a = as_array(x)
-        return as_tensor(_to(g.halo.gather(to_host(a)), a))
+        return as_tensor(g.halo.gather(a))
 
     @staticmethod
     def backward(ctx, dh):
         a = as_array(dh)
-        return as_tensor(_to(ctx.g.halo.scatter_add(to_host(a)), a)), None
+        return as_tensor(ctx.g.halo.scatter_add(a)), None
 
 
 def halo(x: torch.Tensor, g) -> torch.Tensor:
@@ -332,10 +334,12 @@ def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
         n = p.num_local_nodes
         src = np.concatenate([p.local_indices.astype(np.int64), n + p.remote_slot.astype(np.int64)])
         dst = np.concatenate([ld, rd])
-        g.cache["edge_index"] = (torch.from_numpy(src), torch.from_numpy(dst))
-    src, dst = g.cache["edge_index"]
-    device = device or ("cuda" if g.backend.gpu else "cpu")
-    return src.to(device), dst.to(device)
+        g.cache["edge_index"] = {"cpu": (torch.from_numpy(src), torch.from_numpy(dst))}
+    device = torch.device(device or ("cuda" if g.backend.gpu else "cpu"))
+    held = g.cache["edge_index"]
+    if device.type not in held:  # uploaded once, not per layer
+        held[device.type] = tuple(t.to(device) for t in held["cpu"])
+    return held[device.type]
 
 
 def as_features(x, device: str = "cpu"):

@@ -12,6 +12,7 @@
 //
 // Lanes: for D < 32 a warp splits into 32/L groups of L = next_pow2(D) lanes, each group
 // summing a different edge, combined by shuffles at the end; for D >= 32 the warp walks
+// 128-column chunks with 16-byte loads (D a multiple of 4, as each head's width), else
 // 32-column chunks. Reads of a row are coalesced either way.
 //
 // The output is initialized (zeros, or (1+eps)*x for GIN) by mgg_init before, and
@@ -78,6 +79,78 @@ __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float v, 
         atomicAdd(out + idx, v);
 }
 
+__device__ __forceinline__ float4 load4(const float* p) {
+    if (((unsigned long long)p & 15) == 0) return *reinterpret_cast<const float4*>(p);
+    return make_float4(p[0], p[1], p[2], p[3]);
+}
+
+__device__ __forceinline__ void fma4(float4& acc, float s, float4 v) {
+    acc.x += s * v.x;
+    acc.y += s * v.y;
+    acc.z += s * v.z;
+    acc.w += s * v.w;
+}
+
+__device__ __forceinline__ void emit4(float* __restrict__ out, i64 idx, float4 v, bool excl) {
+    float* p = out + idx;
+    if (excl) {
+        p[0] += v.x;
+        p[1] += v.y;
+        p[2] += v.z;
+        p[3] += v.w;
+        return;
+    }
+#if __CUDA_ARCH__ >= 900
+    if (((unsigned long long)p & 15) == 0) {
+        atomicAdd(reinterpret_cast<float4*>(p), v);
+        return;
+    }
+#endif
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+    atomicAdd(p + 2, v.z);
+    atomicAdd(p + 3, v.w);
+}
+
+// D (and each head's width) a multiple of 4: a lane sums 4 columns with 16-byte loads
+// (a warp covers 128 columns a pass), four edges' rows in flight at a time.
+template <typename RowFn>
+__device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __restrict__ w,
+                                                     i64 e0, i64 e1, float* __restrict__ out,
+                                                     i64 node, int dim, bool excl, int lane,
+                                                     int heads) {
+    for (int j0 = 0; j0 < dim; j0 += 128) {
+        const int j = j0 + 4 * lane;
+        if (j >= dim) return;
+#if MGG_WEIGHTED
+        const int h = j / (dim / heads);  // this lane's head (its 4 columns share it)
+#endif
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        i64 e = e0;
+        for (; e + 4 <= e1; e += 4) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = load4(row(e + u) + j);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+#if MGG_WEIGHTED
+                fma4(acc, w[(e + u) * heads + h], v[u]);
+#else
+                fma4(acc, 1.0f, v[u]);
+#endif
+            }
+        }
+        for (; e < e1; ++e) {
+#if MGG_WEIGHTED
+            fma4(acc, w[e * heads + h], load4(row(e) + j));
+#else
+            fma4(acc, 1.0f, load4(row(e) + j));
+#endif
+        }
+        emit4(out, node * dim + j, acc, excl);
+    }
+}
+
 // Sum the rows of edges [e0, e1) into out[node]; row(e) gives the address of an edge's
 // source row. Used for local partitions, p2p remote partitions and staged rows. With
 // MGG_WEIGHTED, edge e's row is scaled by w[e * heads + h], h the head of the column.
@@ -105,6 +178,15 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
         }
         for (int off = L; off < 32; off <<= 1) acc += __shfl_down_sync(FULL_MASK, acc, off);
         if (g == 0 && c < dim) emit(out, node * dim + c, acc, excl);
+        return;
+    }
+#if MGG_WEIGHTED
+    const bool vec = (dim & 3) == 0 && ((dim / heads) & 3) == 0;
+#else
+    const bool vec = (dim & 3) == 0;
+#endif
+    if (vec) {
+        reduce_partition_vec(row, w, e0, e1, out, node, dim, excl, lane, heads);
         return;
     }
     for (int j0 = 0; j0 < dim; j0 += 32) {
