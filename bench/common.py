@@ -74,8 +74,10 @@ def machine() -> dict:
 
 
 def commit() -> str:
-    """The checkout's commit (-dirty with uncommitted changes), else $MGG_COMMIT (a copy of
-    the tree without .git, as on the GPU machine, is told it by the command line)."""
+    """$MGG_COMMIT where the command line sets it (the GPU machine's copy carries the .git
+    of an older checkout), else the checkout's commit (-dirty with uncommitted changes)."""
+    if os.environ.get("MGG_COMMIT"):
+        return os.environ["MGG_COMMIT"]
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -92,7 +94,7 @@ def commit() -> str:
         ).stdout.strip()
         return rev + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("MGG_COMMIT", "unknown")
+        return "unknown"
 
 
 def command() -> str:

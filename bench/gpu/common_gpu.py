@@ -110,6 +110,37 @@ def raw_log(name: str):
             sys.stdout = old
 
 
+def grouped_bars(path, rows, group, bars, title, ylabel, goal=None, log=False, line="goal"):
+    """A bar chart at path: one group per group(row), the bars of each group the merged
+    bars(row) dicts ({label: value}, None skipped); goal draws a dashed line, named line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups: dict[str, dict] = {}
+    for r in rows:
+        groups.setdefault(group(r), {}).update(bars(r))
+    labels = list(dict.fromkeys(k for g in groups.values() for k in g))
+    w = 0.8 / max(1, len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(groups) * max(1, len(labels)) ** 0.5), 4))
+    for i, label in enumerate(labels):
+        xs = [j + i * w for j, g in enumerate(groups.values()) if g.get(label) is not None]
+        ys = [g[label] for g in groups.values() if g.get(label) is not None]
+        ax.bar(xs, ys, w, label=label)
+    if goal is not None:
+        ax.axhline(goal, color="k", ls="--", lw=1, label=f"{line} {goal:g}")
+    ax.set_xticks(np.arange(len(groups)) + w * (len(labels) - 1) / 2, list(groups), fontsize=8)
+    if log:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 class Results:
     """One benchmark's result files, rewritten after every row (JSON + markdown), with
     the device, commit and command. ``plot(rows, path)`` draws <name>.png at the end."""

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from common_gpu import PAPER_GRAPHS, Results, cuda_compare, raw_log, standin_graph
+from common_gpu import PAPER_GRAPHS, Results, cuda_compare, grouped_bars, raw_log, standin_graph
 
 import mgg.torch as mt
 from mgg.train import Trainer, build_optimizer, prepare
@@ -45,6 +45,18 @@ def pyg_step(name, ds):
     return step
 
 
+def plot(rows, path):
+    grouped_bars(
+        path,
+        rows,
+        lambda r: r["graph"],
+        lambda r: {r["model"]: r["speedup"]},
+        "Training step on one GPU: mgg's speedup over PyG",
+        "PyG time / mgg time",
+        goal=2.0,
+    )
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=0.25)
@@ -57,6 +69,7 @@ def main():
         {"scale": args.scale},
         ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup"],
         notes="One GPU, P = 1. Training step: forward, backward, Adam.",
+        plot=plot,
     )
     with raw_log("e2e_vs_pyg"):
         for gname in args.graphs.split(","):

@@ -12,7 +12,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs, uvm_columns
+from common_gpu import (
+    PAPER_GRAPHS,
+    Results,
+    grouped_bars,
+    raw_log,
+    standin_graph,
+    time_designs,
+    uvm_columns,
+)
+
+
+def plot(rows, path):
+    grouped_bars(
+        path,
+        rows,
+        lambda r: r["graph"],
+        lambda r: {"direct (NVSHMEM)": r["direct_ms"], "UVM": r["uvm_ms"]},
+        "Table 1: aggregation, direct NVSHMEM access vs UVM",
+        "ms (lower is better)",
+    )
 
 
 def main():
@@ -36,6 +55,7 @@ def main():
         ],
         notes=f"{args.np} virtual PEs on one GPU, D = {args.dim}, op sum. "
         "direct_over_uvm > 1: direct is slower (as the paper finds on 3 of 5 graphs).",
+        plot=plot,
     )
     with raw_log("table1_direct_vs_uvm"):
         for name in args.graphs.split(","):
