@@ -235,3 +235,15 @@ def complete(ds: Dataset, seed: int = 0) -> Dataset:
     if masks[0] is None:
         masks = make_split(y, c, 20, 30, seed=seed)
     return Dataset(ds.name, ds.graph, x, y, *masks, num_classes=c)
+
+
+def default_trainer(dg, data, name: str):
+    """A Trainer of the registered model ``name`` with its defaults (Adam, its lr and
+    weight decay) on the job's device, without evaluation between steps."""
+    import mgg.torch as mt
+    from mgg.train import Trainer, build_optimizer
+
+    spec = mt.MODELS[name]
+    model = mt.build_model(name, data.num_features, data.num_classes).to(data.y.device)
+    opt = build_optimizer("adam", model, spec.lr, spec.weight_decay)
+    return Trainer(dg, data, model, opt, eval_every=0)

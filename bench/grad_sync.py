@@ -20,24 +20,21 @@ import time
 
 import numpy as np
 
-from common import ROOT, SHARED_DATA, write_results
+from common import ROOT, SHARED_DATA, default_trainer, write_results
 
 ENV = {"MPIR_CVAR_NOLOCAL": "1", "UCX_TLS": "tcp,self"}
 RUNS = f"products:scale=0.05/gcn,products:scale=0.05/gin,{SHARED_DATA}/cora.npz/gat"
 
 
 def worker(spec: str, name: str) -> None:
-    import mgg.torch as mt
     import mgg.train
     from mgg.comm import get_comm
     from mgg.graph.specs import resolve
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import prepare
 
     comm = get_comm()
     dg, data = prepare(resolve(spec), comm, name)
-    model = mt.build_model(name, data.num_features, data.num_classes)
-    opt = build_optimizer("adam", model, mt.MODELS[name].lr, mt.MODELS[name].weight_decay)
-    trainer = Trainer(dg, data, model, opt, eval_every=0)
+    trainer = default_trainer(dg, data, name)
     sync, plain = [], mgg.train.sync_gradients
 
     def timed(params, c):
@@ -49,7 +46,7 @@ def worker(spec: str, name: str) -> None:
     steps = [h["seconds"] for h in trainer.fit(12)][2:]
     if comm.rank == 0:
         print(json.dumps({
-            "params": sum(p.numel() for p in model.parameters()),
+            "params": sum(p.numel() for p in trainer.model.parameters()),
             "step_ms": float(np.median(steps)) * 1e3,
             "allreduce_ms": float(np.median(sync[2:])) * 1e3,
         }))  # fmt: skip

@@ -18,6 +18,7 @@ import platform
 import numpy as np
 import scipy.sparse as sp
 
+from .arrays import on_gpu, to_host
 from .comm import get_comm
 from .designs import design_names, get_design
 from .tuner.model import cpu_device
@@ -25,19 +26,10 @@ from .tuner.model import cpu_device
 NAMES = ("cpu", "cuda")
 
 
-def on_gpu(a) -> bool:
-    return type(a).__module__.split(".")[0] in ("cupy", "cupyx")
-
-
 def is_sparse(a) -> bool:
     if sp.issparse(a):
         return True
     return on_gpu(a) and type(a).__module__.startswith("cupyx.scipy.sparse")
-
-
-def to_host(a):
-    """A numpy (or scipy.sparse) copy of a device array; host arrays pass through."""
-    return a.get() if on_gpu(a) else a
 
 
 def assign(dst, src) -> None:

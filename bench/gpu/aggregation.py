@@ -200,8 +200,9 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     err = check_output(gg, x, op, cupy.asnumpy(first(op)), label=f"mgg {op} D={d}")
     mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}
     best = min(mgg_times, key=mgg_times.get)
-    moved = gg.num_edges * (4 + (4 if weighted else 0) + 4 * d) + gg.num_nodes * d * 4
-    compulsory = gg.num_edges * (4 + (4 if weighted else 0)) + 2 * gg.num_nodes * d * 4
+    structure = gg.num_edges * (8 if weighted else 4)  # indices (+ weights), read once
+    moved = structure + gg.num_edges * d * 4 + gg.num_nodes * d * 4  # every gather from HBM
+    compulsory = structure + 2 * gg.num_nodes * d * 4  # x read once, out written once
     row = {
         "op": op,
         "D": d,

@@ -18,7 +18,9 @@ import numpy as np
 from common_gpu import PAPER_GRAPHS, Results, cuda_compare, grouped_bars, raw_log, standin_graph
 
 import mgg.torch as mt
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import prepare
+
+from common import default_trainer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pyg_models import pyg_model, pyg_optimizer  # noqa: E402
@@ -73,17 +75,10 @@ def main():
     )
     with raw_log("e2e_vs_pyg"):
         for gname in args.graphs.split(","):
-            ds = standin_graph(gname, args.scale, features=True)
-            from mgg.graph.dataset import make_split
-
-            if ds.train_mask is None:
-                ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)
+            ds = standin_graph(gname, args.scale, features=True)  # with a split
             for model in args.models.split(","):
-                spec = mt.MODELS[model]
                 dg, data = prepare(ds, None, model, backend="cuda")
-                m = mt.build_model(model, data.num_features, data.num_classes).to("cuda")
-                opt = build_optimizer("adam", m, spec.lr, spec.weight_decay)
-                t = Trainer(dg, data, m, opt, eval_every=0)
+                t = default_trainer(dg, data, model)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     pyg = pyg_step(model, ds)

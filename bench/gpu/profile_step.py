@@ -14,9 +14,9 @@ import sys
 
 from common_gpu import GPU_RESULTS, standin_graph
 
-import mgg.torch as mt
-from mgg.graph.dataset import make_split
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import prepare
+
+from common import default_trainer
 
 
 def main() -> int:
@@ -29,16 +29,11 @@ def main() -> int:
     ap.add_argument("--models", default="gat")
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
-    ds = standin_graph(args.graph, args.scale, features=True)
-    if ds.train_mask is None:
-        ds.train_mask, ds.val_mask, ds.test_mask = make_split(ds.y, ds.num_classes)
+    ds = standin_graph(args.graph, args.scale, features=True)  # with a split
     GPU_RESULTS.mkdir(parents=True, exist_ok=True)
     for model in args.models.split(","):
-        spec = mt.MODELS[model]
         dg, data = prepare(ds, None, model, backend="cuda")
-        m = mt.build_model(model, data.num_features, data.num_classes).to("cuda")
-        opt = build_optimizer("adam", m, spec.lr, spec.weight_decay)
-        t = Trainer(dg, data, m, opt, eval_every=0)
+        t = default_trainer(dg, data, model)
         for _ in range(2):  # warm up: compile, upload, allocate
             t.train_step()
         torch.cuda.synchronize()

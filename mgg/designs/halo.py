@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays import array_module, to_host
 from ..partition.plan import PartitionPlan
 
 
@@ -23,6 +24,7 @@ class HaloExchange:
 
     def __init__(self, plan: PartitionPlan, comm):
         self.plan, self.comm = plan, comm
+        self._device = {}  # index arrays uploaded by _on
         p, size = plan, plan.num_ranks
         self.order = np.argsort(p.halo_pe, kind="stable")  # halo slots grouped by owner
         self.recv_counts = np.bincount(p.halo_pe, minlength=size).astype(np.int64)
@@ -39,12 +41,12 @@ class HaloExchange:
 
     def gather(self, x):
         """Collective. x [n, k] this rank's rows (numpy or cupy) -> [H, k] on x's device."""
-        xp = _module(x)
+        xp = array_module(x)
         out = xp.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
         if self.comm is None or self.plan.num_ranks == 1:
             return out
         recv = np.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
-        send = _host(x[_on(self, xp, "send_rows")])
+        send = to_host(x[_on(self, xp, "send_rows")])
         self.comm.alltoallv(np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts)
         out[_on(self, xp, "order")] = xp.asarray(recv)
         return out
@@ -52,12 +54,12 @@ class HaloExchange:
     def scatter_add(self, g):
         """Collective. g [H, k] per halo row (numpy or cupy) -> [n, k] summed into the
         owners' rows, on g's device."""
-        xp = _module(g)
+        xp = array_module(g)
         out = xp.zeros((self.plan.num_local_nodes, *g.shape[1:]), g.dtype)
         if self.comm is None or self.plan.num_ranks == 1:
             return out
         recv = np.empty((self.send_rows.size, *g.shape[1:]), g.dtype)
-        send = _host(g[_on(self, xp, "order")])
+        send = to_host(g[_on(self, xp, "order")])
         self.comm.alltoallv(np.ascontiguousarray(send), self.recv_counts, recv, self.send_counts)
         if xp is np:
             np.add.at(out, self.send_rows, recv)
@@ -81,6 +83,7 @@ class EdgeTranspose:
     def __init__(self, plan: PartitionPlan, comm):
         t = plan.transposed
         self.plan, self.comm = plan, comm
+        self._device = {}  # index arrays uploaded by _on
         fl, fr = plan.edge_keys()
         tl, tr = t.edge_keys(transposed=True)
         self.local = _pairing(fl, tl, "local")
@@ -99,10 +102,10 @@ class EdgeTranspose:
     def __call__(self, local, remote):
         """Collective: (local [El, ...], remote [Er, ...]) -> the transposed plan's pair,
         numpy for numpy, cupy for cupy: only the remote values cross the host (for MPI)."""
-        xp = _module(local)
+        xp = array_module(local)
         recv = np.empty((int(self.recv_counts.sum()), *remote.shape[1:]), remote.dtype)
         if self.plan.num_ranks > 1:
-            send = _host(remote[_on(self, xp, "send_order")])
+            send = to_host(remote[_on(self, xp, "send_order")])
             self.comm.alltoallv(
                 np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts
             )
@@ -112,27 +115,13 @@ class EdgeTranspose:
         )
 
 
-def _module(a):
-    """numpy, or cupy for a cupy array (imported only then)."""
-    if type(a).__module__.startswith("cupy"):
-        import cupy
-
-        return cupy
-    return np
-
-
-def _host(a) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) else a.get()
-
-
 def _on(obj, xp, name: str):
     """obj's host index array ``name`` on xp's device (uploaded once, then kept)."""
     if xp is np:
         return getattr(obj, name)
-    held = obj.__dict__.setdefault("_device", {})
-    if name not in held:
-        held[name] = xp.asarray(getattr(obj, name))
-    return held[name]
+    if name not in obj._device:
+        obj._device[name] = xp.asarray(getattr(obj, name))
+    return obj._device[name]
 
 
 def _pairing(source_keys: np.ndarray, target_keys: np.ndarray, what: str) -> np.ndarray:

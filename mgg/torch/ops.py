@@ -107,7 +107,7 @@ class _Aggregate(torch.autograd.Function):
             deps = (x * dout).sum().reshape(1)
         if ctx.needs_input_grad[0]:
             if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
-                dy_t = dy * _to(_inverse_in_degrees(g, dy.dtype), dy)[:, None]
+                dy_t = dy * _inverse_in_degrees(g, dy.dtype)[:, None]
                 dx = g.aggregate(dy_t, "sum", transpose=True)
             elif ctx.weighted:
                 wt = g.edge_transpose(as_array(wl), as_array(wr))
@@ -123,24 +123,33 @@ class _Aggregate(torch.autograd.Function):
         return dx, dwl, dwr, deps, None, None
 
 
-def _inverse_in_degrees(g, dtype) -> np.ndarray:
-    """[n]: 1/in-degree of each local node (0 without in-edges), computed once per graph."""
-    key = ("inverse_in_degrees", np.dtype(dtype).str)
+def _held(g, key, build) -> tuple:
+    """build()'s host arrays (a tuple), built once per graph and kept on the job's device
+    (numpy on the cpu backend, cupy on cuda): no upload per call."""
     if key not in g.cache:
-        deg = g.plan.in_degrees()
-        g.cache[key] = np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(dtype)
+        g.cache[key] = tuple(g.backend.to_device(a) for a in build())
     return g.cache[key]
+
+
+def _inverse_in_degrees(g, dtype):
+    """[n]: 1/in-degree of each local node (0 without in-edges)."""
+
+    def build():
+        deg = g.plan.in_degrees()
+        return (np.where(deg > 0, 1.0 / np.maximum(deg, 1), 0.0).astype(dtype),)
+
+    return _held(g, ("inverse_in_degrees", np.dtype(dtype).str), build)[0]
 
 
 def edge_weight_grads(g, x, dy, heads: int):
     """(local [El, H], remote [Er, H]): d loss / d w_e = <dy_v, x_u> per head, for the
     forward plan's edges u -> v (SDDMM; remote sources from the halo)."""
-    key = ("sddmm_csr", on_gpu(x))
-    if key not in g.cache:  # on the device once, not per call
-        p = g.plan
-        csr = (p.local_indptr, p.local_indices, p.remote_indptr, p.remote_slot)
-        g.cache[key] = tuple(_to(a, x) for a in csr)
-    lp, li, rp, rs = g.cache[key]
+    p = g.plan
+    lp, li, rp, rs = _held(
+        g,
+        "sddmm_csr",
+        lambda: (p.local_indptr, p.local_indices, p.remote_indptr, p.remote_slot),
+    )
     nn = g.backend.nn
     return nn.sddmm(lp, li, dy, x, heads), nn.sddmm(rp, rs, dy, g.halo.gather(x), heads)
 
@@ -316,30 +325,26 @@ def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.T
 
 def edge_ids(g):
     """(dst, src) int64 arrays [E]: global ids of the rank's edges, local then remote."""
-    if "edge_ids" not in g.cache:
+
+    def build():
         p = g.plan
-        lk, rk = p.edge_keys()
-        keys = np.concatenate([lk, rk])
-        ids = (keys // p.num_nodes, keys % p.num_nodes)
-        g.cache["edge_ids"] = tuple(_to(a, g.backend.xp.empty(0)) for a in ids)
-    return g.cache["edge_ids"]
+        keys = np.concatenate(p.edge_keys())
+        return keys // p.num_nodes, keys % p.num_nodes
+
+    return _held(g, "edge_ids", build)
 
 
 def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(src, dst) int64 tensors [E] over the rank's edges, local then remote: dst is a
     local row in [0, n); src indexes the rows of cat([x, halo(x, g)]) ([n + H, k])."""
-    if "edge_index" not in g.cache:
-        p = g.plan
-        ld, rd = p.edge_dst()
-        n = p.num_local_nodes
-        src = np.concatenate([p.local_indices.astype(np.int64), n + p.remote_slot.astype(np.int64)])
-        dst = np.concatenate([ld, rd])
-        g.cache["edge_index"] = {"cpu": (torch.from_numpy(src), torch.from_numpy(dst))}
-    device = torch.device(device or ("cuda" if g.backend.gpu else "cpu"))
-    held = g.cache["edge_index"]
-    if device.type not in held:  # uploaded once, not per layer
-        held[device.type] = tuple(t.to(device) for t in held["cpu"])
-    return held[device.type]
+
+    def build():
+        p, n = g.plan, g.plan.num_local_nodes
+        local, remote = p.local_indices.astype(np.int64), p.remote_slot.astype(np.int64)
+        return np.concatenate([local, n + remote]), np.concatenate(p.edge_dst())
+
+    src, dst = (as_tensor(a) for a in _held(g, "edge_index", build))
+    return (src, dst) if device is None else (src.to(device), dst.to(device))
 
 
 def as_features(x, device: str = "cpu"):

@@ -124,6 +124,9 @@ __device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __r
         if (j >= dim) return;
 #if MGG_WEIGHTED
         const int h = j / (dim / heads);  // this lane's head (its 4 columns share it)
+        auto scale = [&](i64 e) { return w[e * heads + h]; };
+#else
+        auto scale = [](i64) { return 1.0f; };
 #endif
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         i64 e = e0;
@@ -132,21 +135,9 @@ __device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __r
 #pragma unroll
             for (int u = 0; u < 4; ++u) v[u] = load4(row(e + u) + j);
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-#if MGG_WEIGHTED
-                fma4(acc, w[(e + u) * heads + h], v[u]);
-#else
-                fma4(acc, 1.0f, v[u]);
-#endif
-            }
+            for (int u = 0; u < 4; ++u) fma4(acc, scale(e + u), v[u]);
         }
-        for (; e < e1; ++e) {
-#if MGG_WEIGHTED
-            fma4(acc, w[e * heads + h], load4(row(e) + j));
-#else
-            fma4(acc, 1.0f, load4(row(e) + j));
-#endif
-        }
+        for (; e < e1; ++e) fma4(acc, scale(e), load4(row(e) + j));
         emit4(out, node * dim + j, acc, excl);
     }
 }

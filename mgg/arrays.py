@@ -1,0 +1,24 @@
+"""Where an array lives: numpy on the host, cupy (and cupyx.scipy.sparse) on the GPU.
+cupy is imported only once one of its arrays is seen."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def on_gpu(a) -> bool:
+    return type(a).__module__.split(".")[0] in ("cupy", "cupyx")
+
+
+def to_host(a):
+    """A numpy (or scipy.sparse) copy of a device array; host arrays pass through."""
+    return a.get() if on_gpu(a) else a
+
+
+def array_module(a):
+    """numpy, or cupy for a device array."""
+    if not on_gpu(a):
+        return np
+    import cupy
+
+    return cupy
