@@ -22,3 +22,12 @@ def array_module(a):
     import cupy
 
     return cupy
+
+
+def held(cache: dict, key, xp, build) -> tuple:
+    """build()'s host arrays (a tuple) on xp's device (numpy: as they are), built and
+    uploaded on the first call, then kept in ``cache``: no upload per call."""
+    key = (key, xp.__name__)
+    if key not in cache:
+        cache[key] = tuple(xp.asarray(a) for a in build())
+    return cache[key]

@@ -112,30 +112,35 @@ def raw_log(name: str):
 
 def grouped_bars(path, rows, group, bars, title, ylabel, goal=None, log=False, line="goal"):
     """A bar chart at path: one group per group(row), the bars of each group the merged
-    bars(row) dicts ({label: value}, None skipped); goal draws a dashed line, named line."""
+    bars(row) dicts ({label: value}, None skipped); goal draws a dashed line, named line.
+    A callable title (of a row) gives each title's rows a panel of its own, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    groups: dict[str, dict] = {}
+    panels: dict[str, dict[str, dict]] = {}
     for r in rows:
+        groups = panels.setdefault(title(r) if callable(title) else title, {})
         groups.setdefault(group(r), {}).update(bars(r))
-    labels = list(dict.fromkeys(k for g in groups.values() for k in g))
-    w = 0.8 / max(1, len(labels))
-    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(groups) * max(1, len(labels)) ** 0.5), 4))
-    for i, label in enumerate(labels):
-        xs = [j + i * w for j, g in enumerate(groups.values()) if g.get(label) is not None]
-        ys = [g[label] for g in groups.values() if g.get(label) is not None]
-        ax.bar(xs, ys, w, label=label)
-    if goal is not None:
-        ax.axhline(goal, color="k", ls="--", lw=1, label=f"{line} {goal:g}")
-    ax.set_xticks(np.arange(len(groups)) + w * (len(labels) - 1) / 2, list(groups), fontsize=8)
-    if log:
-        ax.set_yscale("log")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=8)
+    labels = {t: list(dict.fromkeys(k for g in gs.values() for k in g)) for t, gs in panels.items()}
+    widths = [max(6, 1.1 * len(gs) * max(1, len(labels[t])) ** 0.5) for t, gs in panels.items()]
+    fig, axes = plt.subplots(1, len(panels), figsize=(sum(widths), 4), sharey=True, squeeze=False)
+    for ax, (t, groups) in zip(axes[0], panels.items(), strict=True):
+        w = 0.8 / max(1, len(labels[t]))
+        for i, label in enumerate(labels[t]):
+            xs = [j + i * w for j, g in enumerate(groups.values()) if g.get(label) is not None]
+            ys = [g[label] for g in groups.values() if g.get(label) is not None]
+            ax.bar(xs, ys, w, label=label)
+        if goal is not None:
+            ax.axhline(goal, color="k", ls="--", lw=1, label=f"{line} {goal:g}")
+        ticks = np.arange(len(groups)) + w * (len(labels[t]) - 1) / 2
+        ax.set_xticks(ticks, list(groups), fontsize=8)
+        if log:
+            ax.set_yscale("log")
+        ax.set_title(t)
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel(ylabel)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

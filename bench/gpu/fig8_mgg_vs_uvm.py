@@ -13,34 +13,29 @@ import argparse
 import sys
 
 import numpy as np
-from common_gpu import PAPER_GRAPHS, Results, raw_log, standin_graph, time_designs, uvm_columns
+from common_gpu import (
+    PAPER_GRAPHS,
+    Results,
+    grouped_bars,
+    raw_log,
+    standin_graph,
+    time_designs,
+    uvm_columns,
+)
 
 MODELS = {"gcn": (16, 2, "gcn"), "gin": (64, 5, "gin")}  # width, aggregations, op
 
 
 def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=True)
-    for ax, model in zip(axes, MODELS, strict=True):
-        sel = [r for r in rows if r["model"] == model]
-        nps = sorted({r["np"] for r in sel})
-        graphs = list(dict.fromkeys(r["graph"] for r in sel))
-        w = 0.8 / len(nps)
-        for i, p in enumerate(nps):
-            vals = [
-                next(r["speedup"] for r in sel if r["graph"] == g and r["np"] == p) for g in graphs
-            ]
-            ax.bar(np.arange(len(graphs)) + i * w, vals, w, label=f"P = {p}")
-        ax.axhline(3.65, color="k", ls="--", lw=1, label="goal 3.65x")
-        ax.set_xticks(np.arange(len(graphs)) + w * (len(nps) - 1) / 2, graphs)
-        ax.set_title(f"{model.upper()}: MGG speedup over UVM")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    grouped_bars(
+        path,
+        rows,
+        lambda r: r["graph"],
+        lambda r: {f"P = {r['np']}": r["speedup"]},
+        lambda r: f"{r['model'].upper()}: MGG speedup over UVM",
+        "UVM time / MGG time",
+        goal=3.65,
+    )
 
 
 def main():

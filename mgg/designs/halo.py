@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..arrays import array_module, to_host
+from ..arrays import array_module, held, to_host
 from ..partition.plan import PartitionPlan
 
 
@@ -117,11 +117,7 @@ class EdgeTranspose:
 
 def _on(obj, xp, name: str):
     """obj's host index array ``name`` on xp's device (uploaded once, then kept)."""
-    if xp is np:
-        return getattr(obj, name)
-    if name not in obj._device:
-        obj._device[name] = xp.asarray(getattr(obj, name))
-    return obj._device[name]
+    return held(obj._device, name, xp, lambda: (getattr(obj, name),))[0]
 
 
 def _pairing(source_keys: np.ndarray, target_keys: np.ndarray, what: str) -> np.ndarray:

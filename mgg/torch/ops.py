@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..arrays import array_module, held
 from ..backend import is_sparse, on_gpu, to_host
 from ..distgraph import DistGraph
 
@@ -32,15 +33,6 @@ def as_tensor(a) -> torch.Tensor:
     if on_gpu(a):
         return torch.from_dlpack(a)
     return torch.from_numpy(np.ascontiguousarray(a))
-
-
-def _to(a, like):
-    """a (host array) moved to where ``like`` (an array) lives."""
-    if on_gpu(like):
-        import cupy
-
-        return cupy.asarray(a)
-    return a
 
 
 class SparseRows:
@@ -124,11 +116,8 @@ class _Aggregate(torch.autograd.Function):
 
 
 def _held(g, key, build) -> tuple:
-    """build()'s host arrays (a tuple), built once per graph and kept on the job's device
-    (numpy on the cpu backend, cupy on cuda): no upload per call."""
-    if key not in g.cache:
-        g.cache[key] = tuple(g.backend.to_device(a) for a in build())
-    return g.cache[key]
+    """build()'s host arrays, once per graph, on the job's device (arrays.held)."""
+    return held(g.cache, key, g.backend.xp, build)
 
 
 def _inverse_in_degrees(g, dtype):
@@ -224,17 +213,21 @@ def halo(x: torch.Tensor, g) -> torch.Tensor:
     return _Halo.apply(x, g)
 
 
+def _allreduce(comm, a):
+    """a (numpy or cupy) summed over the ranks (on the host: MPI is not CUDA-aware), on
+    a's device."""
+    return array_module(a).asarray(comm.allreduce(np.ascontiguousarray(to_host(a))))
+
+
 class _AllReduce(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, comm):
         ctx.comm = comm
-        a = as_array(t)
-        return as_tensor(_to(comm.allreduce(np.ascontiguousarray(to_host(a))), a))
+        return as_tensor(_allreduce(comm, as_array(t)))
 
     @staticmethod
     def backward(ctx, dt):
-        a = as_array(dt)
-        return as_tensor(_to(ctx.comm.allreduce(np.ascontiguousarray(to_host(a))), a)), None
+        return as_tensor(_allreduce(ctx.comm, as_array(dt))), None
 
 
 def all_reduce(t: torch.Tensor, g) -> torch.Tensor:
