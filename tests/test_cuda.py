@@ -635,7 +635,8 @@ def test_gpu_dropout_draws_the_cpu_masks(rng):
     import torch
 
     import mgg.torch as mt
-    from mgg.backend import get_backend, to_host
+    from mgg.arrays import to_host
+    from mgg.backend import get_backend
     from mgg.distgraph import DistGraph
     from mgg.graph.generators import rmat
 

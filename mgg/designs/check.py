@@ -12,7 +12,8 @@ import time
 
 import numpy as np
 
-from ..backend import assign, get_backend, to_host
+from ..arrays import to_host
+from ..backend import assign, get_backend
 from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
 from ..graph.formats import atomic_write, make_folder

@@ -172,11 +172,11 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
         return;
     }
 #if MGG_WEIGHTED
-    const bool vec = (dim & 3) == 0 && ((dim / heads) & 3) == 0;
+    const int width = dim / heads;  // each head's columns (a multiple of 4: so is dim)
 #else
-    const bool vec = (dim & 3) == 0;
+    const int width = dim;
 #endif
-    if (vec) {
+    if ((width & 3) == 0) {
         reduce_partition_vec(row, w, e0, e1, out, node, dim, excl, lane, heads);
         return;
     }
