@@ -12,18 +12,15 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 from common_gpu import PAPER_GRAPHS, Results, cuda_compare, grouped_bars, raw_log, standin_graph
+from pyg_models import pyg_model, pyg_optimizer
 
 import mgg.torch as mt
 from mgg.train import prepare
 
-from common import default_trainer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pyg_models import pyg_model, pyg_optimizer  # noqa: E402
+from common import default_trainer  # as pyg_models: bench/, put on the path by common_gpu
 
 
 def pyg_step(name, ds):

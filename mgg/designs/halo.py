@@ -45,7 +45,7 @@ class HaloExchange:
         out = xp.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
         if self.comm is None or self.plan.num_ranks == 1:
             return out
-        recv = np.empty((self.plan.num_halo, *x.shape[1:]), x.dtype)
+        recv = np.empty(out.shape, x.dtype)
         send = to_host(x[_on(self, xp, "send_rows")])
         self.comm.alltoallv(np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts)
         out[_on(self, xp, "order")] = xp.asarray(recv)
