@@ -1,13 +1,19 @@
-"""Where an array lives: numpy on the host, cupy (and cupyx.scipy.sparse) on the GPU.
-cupy is imported only once one of its arrays is seen."""
+"""Where an array lives and what it is: numpy (and scipy.sparse) on the host, cupy (and
+cupyx.scipy.sparse) on the GPU. cupy is imported only once one of its arrays is seen."""
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 
 def on_gpu(a) -> bool:
     return type(a).__module__.split(".")[0] in ("cupy", "cupyx")
+
+
+def is_sparse(a) -> bool:
+    """Whether a is a sparse matrix: scipy.sparse, or cupyx.scipy.sparse on the GPU."""
+    return sp.issparse(a) or (on_gpu(a) and type(a).__module__.startswith("cupyx.scipy.sparse"))
 
 
 def to_host(a):

@@ -26,12 +26,6 @@ from .tuner.model import cpu_device
 NAMES = ("cpu", "cuda")
 
 
-def is_sparse(a) -> bool:
-    if sp.issparse(a):
-        return True
-    return on_gpu(a) and type(a).__module__.startswith("cupyx.scipy.sparse")
-
-
 def assign(dst, src) -> None:
     """dst[...] = src, copying a host array up when dst lives on the GPU."""
     dst[...] = get_backend("cuda").to_device(src) if on_gpu(dst) and not on_gpu(src) else src

@@ -661,7 +661,8 @@ def cmd_tune(args) -> int:
 
 # ---- train -------------------------------------------------------------------------------
 def cmd_train(args) -> int:
-    from .backend import get_backend, is_sparse
+    from .arrays import is_sparse
+    from .backend import get_backend
     from .memory import check_job
     from .torch import MODELS, build_model
     from .train import Trainer, build_optimizer, metric, prepare

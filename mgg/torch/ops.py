@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..arrays import array_module, held, on_gpu, to_host
-from ..backend import is_sparse
+from ..arrays import array_module, held, is_sparse, on_gpu, to_host
 from ..distgraph import DistGraph
 
 # ---- tensors <-> arrays ------------------------------------------------------------------
