@@ -117,11 +117,6 @@ def get_backend(name: str | Backend = "cpu") -> Backend:
     return name if isinstance(name, Backend) else Backend(name)
 
 
-def backend_of(a) -> Backend:
-    """The backend an array lives on."""
-    return get_backend("cuda" if on_gpu(a) else "cpu")
-
-
 def describe() -> dict:
     """Versions, backends and devices of this machine (``mgg info``)."""
     import numba

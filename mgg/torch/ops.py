@@ -246,8 +246,7 @@ def sync_gradients(params, comm) -> None:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([gr.detach().reshape(-1) for gr in grads])
-    summed = comm.allreduce(as_array(flat.cpu()))  # on the host: MPI is not CUDA-aware
-    flat = torch.from_numpy(summed).to(flat.device)
+    flat = as_tensor(_allreduce(comm, as_array(flat)))
     i = 0
     for p in params:
         k = p.numel()
