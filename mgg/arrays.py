@@ -13,7 +13,7 @@ def on_gpu(a) -> bool:
 
 def is_sparse(a) -> bool:
     """Whether a is a sparse matrix: scipy.sparse, or cupyx.scipy.sparse on the GPU."""
-    return sp.issparse(a) or (on_gpu(a) and type(a).__module__.startswith("cupyx.scipy.sparse"))
+    return sp.issparse(a) or type(a).__module__.startswith("cupyx.scipy.sparse")
 
 
 def to_host(a):
