@@ -185,7 +185,8 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_exits_128_plus_the_signal(sig, wo
     assert job.proc.returncode == 128 + sig, took
     assert err.strip().splitlines() == [f"mgg train: {word}"], took
     # mpiexec's failure banner: the ranks ended by an abort, not by mggrun's SIGTERM to
-    # mpiexec (sent when no local rank is found, or 10 s on: `took` tells which)
+    # mpiexec (sent when no local rank is found, or after launch.ESCALATE_AFTER_S: `took`
+    # tells which)
     assert "TERMINATION" not in out, f"{took}:\n{out[-1500:]}"
     assert _left_over(job) == []
 
