@@ -267,6 +267,22 @@ def test_budget_and_failures():
         Protocol(min_samples=5, max_samples=3)
 
 
+def test_a_tight_budget_never_picks_a_configuration_it_only_glimpsed():
+    """A budget that runs out mid-comparison (a training run's epochs) must not leave a
+    newly opened configuration with one lucky sample as the pick: every pick has
+    ``min_samples`` samples, and configurations are opened only while room is left."""
+    space, f = LANDSCAPES["cpu-like"]
+    model = shifted_model(space, f, -1)
+    for budget in range(3, 31):
+        p = Protocol(min_samples=3, max_samples=5, max_configs=10, final_rounds=1, budget=budget)
+        for seed in range(5):
+            res = search(space, noisy(f, 0.2, seed, "spiky"), model=model, protocol=p)
+            n = {tuple(t["config"].values()): t["samples"] for t in res.trace}
+            assert res.samples <= budget
+            assert n[tuple(res.best.values())] >= 3, (budget, seed, res.trace)
+            assert all(k >= 3 for k in n.values()), (budget, seed, res.trace)
+
+
 def test_smem_formula_is_listing_2():
     # ps*wpb*IntS + 2*ps*wpb*D*FloatS
     assert smem_bytes(16, 4, 32) == 16 * 4 * 4 + 2 * 16 * 4 * 32 * 4

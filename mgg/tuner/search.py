@@ -20,7 +20,8 @@ One protocol (``mgg tune``, ``mgg train --tune``, the CPU and the GPU):
   on a win keep stepping that way (past a tie, one step further), then scan the new
   point's neighbours; when no single-knob move wins, try two knobs traded in opposite
   directions; stop when none wins. At most ``max_configs`` configurations are measured
-  (repeats count once), at most ``budget`` samples in all.
+  (repeats count once), at most ``budget`` samples in all; a new one only while the
+  budget leaves room to judge it, so the pick always rests on a median.
 - The choice: the ``contenders`` best medians, each settled, re-measured round-robin
   ``final_rounds`` more times and on while the two best cannot be told apart; the lowest
   median wins. Its confidence is the bootstrap probability that its median is within
@@ -157,8 +158,18 @@ class Samples:
         return self.p.budget is None or self.taken < self.p.budget
 
     def can_open(self, idx) -> bool:
-        """May ``idx`` be sampled: measured already, or room for one more config."""
-        return self.can_sample() and (idx in self.times or len(self.times) < self.p.max_configs)
+        """May ``idx`` be sampled: measured already, or room for one more config and for
+        the round-robin comparison that judges it (``min_samples`` of it and of the other)."""
+        if idx in self.times:
+            return self.can_sample()
+        left = math.inf if self.p.budget is None else self.p.budget - self.taken
+        return len(self.times) < self.p.max_configs and left >= 2 * self.p.min_samples
+
+    def judged(self) -> list[tuple]:
+        """The configurations that ran, with ``min_samples`` samples where any have them
+        (a pick rests on a median, never on a glimpse the budget cut short)."""
+        live = [k for k in self.times if not self.failed(k)]
+        return [k for k in live if self.n(k) >= self.p.min_samples] or live
 
     def take(self, idx, phase: str) -> None:
         cfg = self.config(idx)
@@ -358,7 +369,7 @@ def _final(s: Samples) -> list[tuple]:
     """The contenders: the best medians, each sampled (round-robin) until settled, the
     ranking redone until its top is settled, then ``final_rounds`` more rounds."""
     while True:
-        final = sorted((k for k in s.times if not s.failed(k)), key=s.median)[: s.p.contenders]
+        final = sorted(s.judged(), key=s.median)[: s.p.contenders]
         unsettled = [k for k in final if not s.settled(k)]
         if not unsettled or not s.can_sample():
             break
