@@ -165,12 +165,6 @@ class Samples:
         left = math.inf if self.p.budget is None else self.p.budget - self.taken
         return len(self.times) < self.p.max_configs and left >= 2 * self.p.min_samples
 
-    def judged(self) -> list[tuple]:
-        """The configurations that ran, with ``min_samples`` samples where any have them
-        (a pick rests on a median, never on a glimpse the budget cut short)."""
-        live = [k for k in self.times if not self.failed(k)]
-        return [k for k in live if self.n(k) >= self.p.min_samples] or live
-
     def take(self, idx, phase: str) -> None:
         cfg = self.config(idx)
         try:
@@ -369,7 +363,7 @@ def _final(s: Samples) -> list[tuple]:
     """The contenders: the best medians, each sampled (round-robin) until settled, the
     ranking redone until its top is settled, then ``final_rounds`` more rounds."""
     while True:
-        final = sorted(s.judged(), key=s.median)[: s.p.contenders]
+        final = sorted((k for k in s.times if not s.failed(k)), key=s.median)[: s.p.contenders]
         unsettled = [k for k in final if not s.settled(k)]
         if not unsettled or not s.can_sample():
             break
