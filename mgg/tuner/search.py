@@ -154,16 +154,19 @@ class Samples:
             or (n >= self.p.min_samples and self.precise(idx))
         )
 
+    def left(self) -> float:
+        """Samples the budget has left (inf without one)."""
+        return math.inf if self.p.budget is None else self.p.budget - self.taken
+
     def can_sample(self) -> bool:
-        return self.p.budget is None or self.taken < self.p.budget
+        return self.left() > 0
 
     def can_open(self, idx) -> bool:
         """May ``idx`` be sampled: measured already, or room for one more config and for
         the round-robin comparison that judges it (``min_samples`` of it and of the other)."""
         if idx in self.times:
             return self.can_sample()
-        left = math.inf if self.p.budget is None else self.p.budget - self.taken
-        return len(self.times) < self.p.max_configs and left >= 2 * self.p.min_samples
+        return len(self.times) < self.p.max_configs and self.left() >= 2 * self.p.min_samples
 
     def take(self, idx, phase: str) -> None:
         cfg = self.config(idx)
