@@ -169,6 +169,11 @@ def stages(quick: bool = False) -> dict[str, Stage]:
             "one PE vs cuSPARSE and PyG, Reddit-size R-MAT, D = 16 and 128",
             [script("aggregation", *(["--edges", "20000000"] if quick else []))],
         ),
+        "kernel": Stage(
+            "kernel",
+            "the aggregation kernel's rows in flight at D = 128 vs cuSPARSE, and ncu",
+            [script("kernel_ab", *(["--edges", "20000000"] if quick else []))],
+        ),
     }
     for name, (file, about, scale) in BENCHES.items():
         out[name] = Stage(name, about, [script(file, "--scale", "0.02" if quick else scale)])
