@@ -66,7 +66,7 @@ def main():
     res = Results(
         "e2e_vs_pyg",
         {"scale": args.scale},
-        ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup"],
+        ["graph", "nodes", "edges", "model", "mgg_ms", "pyg_ms", "speedup", "skipped"],
         notes="One GPU, P = 1. Training step: forward, backward, Adam.",
         plot=plot,
     )
@@ -76,27 +76,55 @@ def main():
             for model in args.models.split(","):
                 dg, data = prepare(ds, None, model, backend="cuda")
                 t = default_trainer(dg, data, model)
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    pyg = pyg_step(model, ds)
-                times = cuda_compare({"mgg": t.train_step, "pyg": pyg}, repeat=args.epochs)
+                times, skipped = timed(t.train_step, model, ds, args.epochs)
                 row = {
                     "graph": gname,
                     "nodes": ds.graph.num_nodes,
                     "edges": ds.graph.num_edges,
                     "model": model,
-                    "mgg_ms": times["mgg"] * 1e3,
-                    "pyg_ms": times["pyg"] * 1e3,
-                    "speedup": times["pyg"] / times["mgg"],
+                    "mgg_ms": times["mgg"] * 1e3 if "mgg" in times else None,
+                    "pyg_ms": times["pyg"] * 1e3 if "pyg" in times else None,
+                    "speedup": times["pyg"] / times["mgg"] if len(times) == 2 else None,
+                    "skipped": skipped,
                 }
                 res.add(row)
-                print(
-                    f"{gname} {model}: mgg {row['mgg_ms']:.2f} ms PyG {row['pyg_ms']:.2f} ms"
-                    f" -> {row['speedup']:.2f}x",
-                    flush=True,
-                )
+                print(f"{gname} {model}: {row}", flush=True)
+                del t
                 dg.free()
+                free_gpu()
         return res.finish()
+
+
+def free_gpu():
+    import cupy
+    import torch
+
+    cupy.get_default_memory_pool().free_all_blocks()
+    torch.cuda.empty_cache()
+
+
+def timed(mgg_step, model, ds, epochs) -> tuple[dict, str]:
+    """({'mgg': s, 'pyg': s} medians, round-robin; '' or who ran out of GPU memory). A
+    side that runs out of memory is dropped and the other timed alone."""
+    import cupy
+    import torch
+
+    oom = (torch.OutOfMemoryError, cupy.cuda.memory.OutOfMemoryError)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            pyg = pyg_step(model, ds)
+        return cuda_compare({"mgg": mgg_step, "pyg": pyg}, repeat=epochs), ""
+    except oom as e:
+        who = "mgg" if isinstance(e, cupy.cuda.memory.OutOfMemoryError) else "PyG"
+    pyg = None
+    free_gpu()
+    if who == "mgg":
+        return {}, "mgg ran out of GPU memory"
+    try:
+        return cuda_compare({"mgg": mgg_step}, repeat=epochs), "PyG ran out of GPU memory"
+    except oom:
+        return {}, "both ran out of GPU memory"
 
 
 if __name__ == "__main__":
