@@ -319,10 +319,11 @@ def test_model_guess_is_a_reasonable_start_on_a_synthetic_device():
     guess = model_guess(rank_configs(default_space(h100), work, h100))
     est = estimate(guess["ps"], guess["dist"], guess["wpb"], work, h100)
     origin = estimate(1, 1, 1, work, h100)
-    # feasible, every SM busy at full occupancy, and far ahead of the paper's start
+    # feasible, every SM busy with more warps than the origin's, and far ahead of it (the
+    # guess may give up some occupancy to 'get' staging for fewer, longer partitions)
     assert est.feasible and est.blocks >= h100.sms
-    assert est.resident_warps_per_sm == h100.max_warps_per_sm
     assert origin.resident_warps_per_sm < h100.max_warps_per_sm  # 1-warp blocks cap it
+    assert est.resident_warps_per_sm > origin.resident_warps_per_sm
     assert est.latency < origin.latency / 2
     # p2p kernels need no shared memory: every configuration under the thread limit fits
     ranked = rank_configs(default_space(h100), work, h100, mode="p2p")

@@ -105,18 +105,44 @@ class Estimate:
     blocks: int = 0
     blocks_per_sm: float = 0.0
     resident_warps_per_sm: int = 0
-    latency: float = math.inf  # model units, only to rank configurations
+    latency: float = math.inf  # seconds, roughly: only to rank configurations
+
+
+# The latency model's constants. Costs are in "ops": one warp-wide load of an index or a
+# row slice that hits L2 (the kernel's unit of work); OP_NS turns them into seconds.
+OP_NS = 2.7e-9  # SM time per op at full occupancy (H100-class; fixes the scale only)
+LOCAL_OPS, REMOTE_OPS = 2, 4  # per step: index + row; pe + row index + peer base + row
+PART_OPS = 10  # per partition: ptr[k], ptr[k+1], node, excl, then the shuffle reduction
+#                and the flush of the partial sum (an atomic to L2), serial for the warp
+WARP_OPS = 4  # per warp: launch, prologue and retirement
+HIDE = 0.4  # share of the memory latency a full SM (max_warps_per_sm) leaves unhidden
+TAIL = 0.5  # the last warps to start end on average half a warp's duration after the rest
+
+
+def lanes_per_edge(dim: int) -> tuple[int, int]:
+    """(edges a warp sums per step, passes over the row) as the kernel lays lanes out:
+    D < 32: 32/L groups of L = next_pow2(D) lanes, one edge each; else the whole warp on
+    one edge, 128 columns a pass (float4 lanes, D a multiple of 4) or 32."""
+    if dim < WARP:
+        return WARP // (1 << max(0, dim - 1).bit_length()), 1
+    return 1, math.ceil(dim / (128 if dim % 4 == 0 else WARP))
 
 
 def estimate(
     ps: int, dist: int, wpb: int, work: Workload, dev: Device, mode: str = "get"
 ) -> Estimate:
     """The paper's quantities for one GPU configuration, its feasibility, and a latency
-    estimate: waves of resident blocks times the work per warp, slowed down when too few
-    warps are resident to hide memory latency.
+    estimate (seconds, for ranking configurations).
 
     WPW = 2·ps·D·dist;  numWarps = max(#LNP, #RNP) / dist;  numBlocks = numWarps / wpb;
     blocksPerSM = numBlocks / numSMs.
+
+    Latency: the kernel is bound by its memory operations, shared by the warps resident on
+    an SM. Work (in ops) = per warp WARP_OPS + per partition PART_OPS (its pointers, node,
+    excl flag and the atomic flush, whatever ps) + per step of ceil(ps / edges per step)
+    LOCAL_OPS or REMOTE_OPS. Spread over the SMs and slowed by (1 + HIDE·max/active) /
+    (1 + HIDE), active = the warps an SM holds (fewer hide less latency: 1-warp blocks stop
+    at max_blocks_per_sm), plus TAIL of one warp's duration for the last wave.
     """
     if min(ps, dist, wpb) < 1:
         return Estimate(False, "ps, dist and wpb must be >= 1")
@@ -140,11 +166,14 @@ def estimate(
     if resident < 1:
         return Estimate(False, "not one block fits on an SM", wpw, smem, warps, blocks)
     resident_warps = resident * wpb
-    waves = math.ceil(blocks / (dev.sms * resident))
-    # a warp's work, slowed when fewer than half the warp slots are there to hide latency
-    hide = min(1.0, resident_warps / (dev.max_warps_per_sm / 2))
-    # remote rows cost more than local ones; dist > 1 lets one warp overlap them
-    remote_share = rnp / max(1, lnp + rnp)
-    overlap = 1.0 - 0.5 * remote_share * (1 - 1 / dist)
-    latency = waves * wpw * (1 + 2 * remote_share) * overlap / hide + blocks * 1e-3
+    # warps an SM actually holds: all it can, or its share of a small grid
+    active = max(1.0, min(resident_warps, warps / dev.sms))
+    per_step, passes = lanes_per_edge(work.dim)
+    steps = math.ceil(ps / per_step) * passes  # serial steps of one full partition
+    ops = warps * WARP_OPS + lnp * (PART_OPS + steps * LOCAL_OPS)
+    ops += rnp * (PART_OPS + steps * REMOTE_OPS)
+    slow = (1 + HIDE * dev.max_warps_per_sm / active) / (1 + HIDE)
+    busy = ops * OP_NS * slow / dev.sms  # every SM busy
+    warp_time = ops / warps * OP_NS * slow * active  # one warp, sharing its SM with active
+    latency = busy + TAIL * warp_time
     return Estimate(True, "", wpw, smem, warps, blocks, blocks / dev.sms, resident_warps, latency)
