@@ -1,14 +1,15 @@
-"""The aggregation kernel at D = 128: rows in flight (MGG_ROWS) side by side, then ncu.
+"""The aggregation kernel against another version of it (A/B) and cuSPARSE, then ncu.
 
-    python bench/gpu/kernel_ab.py [--rows 4,8] [--edges 114615892] [--no-ncu]
+    python bench/gpu/kernel_ab.py [--against OLD.cu] [--dims 16,128] [--no-ncu]
 
-One Reddit-size R-MAT, generated once and shared through a file; each MGG_ROWS variant
-runs in its own process (the kernel compiles once per process) and times mgg's sum and
-gcn at D = 128 (ps = 64 and 128, dist = 1, wpb = 4) round-robin with cuSPARSE, so each
-variant's ratio to cuSPARSE comes from one run. Then one process runs under Nsight
-Compute (--clock-control none) over one call of each kernel at the default MGG_ROWS: speed
-of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy and warp stall
-reasons; its report is kept as text (kernel_ab_ncu.txt).
+One Reddit-size R-MAT, generated once and shared through a file; each kernel source (this
+checkout's aggregate.cu, and OLD.cu if given, e.g. `git show REV:mgg/kernels/cuda/
+aggregate.cu`) runs in its own process (the kernel compiles once per process) and times
+mgg's sum and gcn (ps = 64 and 128, dist = 1, wpb = 4) round-robin with cuSPARSE, so each
+source's ratio to cuSPARSE comes from one run. Then one process runs this checkout's
+kernel under Nsight Compute (--clock-control none) over one call of each kernel at the
+widest D: speed of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy and
+warp stall reasons; its report is kept as text (kernel_ab_ncu.txt).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import numpy as np
 from common_gpu import GPU_RESULTS, Results, check_output, cuda_compare, grouped_bars, raw_log
 
 CONFIGS = [(64, 1, 4), (128, 1, 4)]  # (ps, dist, wpb): the best of aggregation.py's sweep
-DIM = 128
 NCU_SECTIONS = (
     "SpeedOfLight",
     "MemoryWorkloadAnalysis",
@@ -39,18 +39,8 @@ NCU_SECTIONS = (
 )
 
 
-def _with_rows(rows: int | None):
-    """Compile the kernel with -DMGG_ROWS=rows (None: the source's default)."""
-    if rows is None:
-        return
-    import mgg.kernels.cuda as kc
-
-    base = kc.compile_options
-    kc.compile_options = lambda weighted, mode: (*base(weighted, mode), f"-DMGG_ROWS={rows}")
-
-
-def inner(path: str, rows: int | None, repeat: int, profile: bool) -> None:
-    """One variant's process: print one JSON line {op/config: median ms, 'cusparse': ...}."""
+def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: bool) -> None:
+    """One source's process: print one JSON line {'D op ps=..': median ms, ...}."""
     import cupy
     import cupyx.profiler
     import torch
@@ -61,21 +51,25 @@ def inner(path: str, rows: int | None, repeat: int, profile: bool) -> None:
     from mgg.graph.dataset import random_features
     from mgg.partition import build_plan
 
-    _with_rows(rows)
+    if source:
+        import mgg.kernels.cuda as kc
+
+        kc.SOURCE = Path(source)
     z = np.load(path)
     g = Graph(z["indptr"], z["indices"], check=False)
-    out = {"rows": rows}
-    for op in ("sum", "gcn"):
-        gg = g.gcn_norm() if op == "gcn" else g
-        plan = build_plan(gg, 1, 16, transposed=False)[0]
-        x = random_features(0, 0, gg.num_nodes, DIM)
+    graphs = {"sum": g, "gcn": g.gcn_norm()}
+    plans = {op: build_plan(gg, 1, 16, transposed=False)[0] for op, gg in graphs.items()}
+    out = {}
+    for dim, op in ((d, op) for d in dims for op in ("sum", "gcn")):
+        gg, plan = graphs[op], plans[op]
+        x = random_features(0, 0, gg.num_nodes, dim)
         pipelined = get_design("virtual", "pipelined")
         designs = {
-            c: pipelined([plan.with_ps(c[0])], None, DIM, dist=c[1], wpb=c[2]) for c in CONFIGS
+            c: pipelined([plan.with_ps(c[0])], None, dim, dist=c[1], wpb=c[2]) for c in CONFIGS
         }
         for d in designs.values():
             assign(d.x, x)
-        fns = {f"{op} ps={c[0]}": (lambda d=d: d(op)) for c, d in designs.items()}
+        fns = {f"{dim} {op} ps={c[0]}": (lambda d=d: d(op)) for c, d in designs.items()}
         w = torch.from_numpy(gg.weights if op == "gcn" else np.ones(gg.num_edges, np.float32))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -86,7 +80,7 @@ def inner(path: str, rows: int | None, repeat: int, profile: bool) -> None:
                 size=(gg.num_nodes,) * 2,
             ).cuda()
         xt = torch.from_numpy(x).cuda()
-        fns[f"{op} cusparse"] = lambda a_t=a_t, xt=xt: a_t @ xt
+        fns[f"{dim} {op} cusparse"] = lambda a_t=a_t, xt=xt: a_t @ xt
         if profile:  # one call of each, inside the profiled range
             for f in fns.values():
                 f()
@@ -98,7 +92,7 @@ def inner(path: str, rows: int | None, repeat: int, profile: bool) -> None:
         else:
             out.update({k: v * 1e3 for k, v in cuda_compare(fns, repeat=repeat).items()})
             err = check_output(gg, x, op, cupy.asnumpy(designs[CONFIGS[0]](op)), label=op)
-            out[f"{op} max_rel_error"] = err
+            out[f"{dim} {op} max_rel_error"] = err
         del designs, fns, a_t, xt
         cupy.get_default_memory_pool().free_all_blocks()
         torch.cuda.empty_cache()
@@ -118,9 +112,9 @@ def plot(rows, path):
     grouped_bars(
         path,
         rows,
-        lambda r: f"{r['op']} ps={r['ps']}",
-        lambda r: {f"MGG_ROWS={r['rows']}": r["vs_cusparse"]},
-        f"mgg vs cuSPARSE, D = {DIM}, Reddit-size R-MAT",
+        lambda r: f"{r['op']} D={r['D']} ps={r['ps']}",
+        lambda r: {r["source"]: r["vs_cusparse"]},
+        "mgg vs cuSPARSE, Reddit-size R-MAT",
         "speedup over cuSPARSE",
         goal=1.3,
     )
@@ -128,26 +122,28 @@ def plot(rows, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", default="4,8")
+    ap.add_argument("--against", help="another aggregate.cu to compare with")
+    ap.add_argument("--dims", default="16,128")
     ap.add_argument("--nodes", type=int, default=232_965)
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--inner", help=argparse.SUPPRESS)  # the graph file: one variant's run
-    ap.add_argument("--variant", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    dims = [int(d) for d in args.dims.split(",")]
     if args.inner:
-        return inner(args.inner, args.variant, args.repeat, args.profile)
+        return inner(args.inner, args.source, dims, args.repeat, args.profile)
 
     from mgg.graph.generators import rmat_n
 
     res = Results(
         "kernel_ab",
-        {"nodes": args.nodes, "edges": args.edges, "dim": DIM, "configs": CONFIGS},
-        ["op", "ps", "rows", "mgg_ms", "cusparse_ms", "vs_cusparse", "max_rel_error"],
-        notes="Each MGG_ROWS variant in its own process, round-robin with cuSPARSE there "
-        "(CUDA events, medians); dist = 1, wpb = 4.",
+        {"nodes": args.nodes, "edges": args.edges, "configs": CONFIGS, "against": args.against},
+        ["source", "op", "D", "ps", "mgg_ms", "cusparse_ms", "vs_cusparse", "max_rel_error"],
+        notes="Each kernel source in its own process, round-robin with cuSPARSE there "
+        "(CUDA events, medians); dist = 1, wpb = 4. 'this': the checkout's aggregate.cu.",
         plot=plot,
     )
     with raw_log("kernel_ab"), tempfile.TemporaryDirectory() as tmp:
@@ -156,26 +152,31 @@ def main():
         path = os.path.join(tmp, "graph.npz")
         np.savez(path, indptr=g.indptr, indices=g.indices)
         me = [sys.executable, "-u", __file__, "--inner", path, "--repeat", str(args.repeat)]
-        for rows in (int(r) for r in args.rows.split(",")):
-            r = subprocess.run([*me, "--variant", str(rows)], capture_output=True, text=True)
+        me += ["--dims", args.dims]
+        sources = {"this": None} | ({Path(args.against).name: args.against} if args.against else {})
+        for label, source in sources.items():
+            extra = ["--source", str(Path(source).resolve())] if source else []
+            r = subprocess.run([*me, *extra], capture_output=True, text=True)
             print(r.stdout + r.stderr, flush=True)
             if r.returncode:
-                raise SystemExit(f"MGG_ROWS={rows}: exit {r.returncode}")
+                raise SystemExit(f"{label}: exit {r.returncode}")
             got = json.loads(r.stdout.strip().splitlines()[-1])
-            for op in ("sum", "gcn"):
-                for ps, _, _ in CONFIGS:
-                    mgg, cus = got[f"{op} ps={ps}"], got[f"{op} cusparse"]
-                    res.add(
-                        {
-                            "op": op,
-                            "ps": ps,
-                            "rows": rows,
-                            "mgg_ms": mgg,
-                            "cusparse_ms": cus,
-                            "vs_cusparse": cus / mgg,
-                            "max_rel_error": got[f"{op} max_rel_error"],
-                        }
-                    )
+            for dim, op, (ps, _, _) in (
+                (d, o, c) for d in dims for o in ("sum", "gcn") for c in CONFIGS
+            ):
+                mgg, cus = got[f"{dim} {op} ps={ps}"], got[f"{dim} {op} cusparse"]
+                res.add(
+                    {
+                        "source": label,
+                        "op": op,
+                        "D": dim,
+                        "ps": ps,
+                        "mgg_ms": mgg,
+                        "cusparse_ms": cus,
+                        "vs_cusparse": cus / mgg,
+                        "max_rel_error": got[f"{dim} {op} max_rel_error"],
+                    }
+                )
         code = res.finish()
         ncu = None if args.no_ncu else ncu_binary()
         if not args.no_ncu and ncu is None:
@@ -183,7 +184,8 @@ def main():
         if ncu:
             sections = [a for s in NCU_SECTIONS for a in ("--section", s)]
             cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", *sections]
-            r = subprocess.run([*cmd, *me, "--profile"], capture_output=True, text=True)
+            widest = ["--dims", str(max(dims))]
+            r = subprocess.run([*cmd, *me, *widest, "--profile"], capture_output=True, text=True)
             (GPU_RESULTS / "kernel_ab_ncu.txt").write_text(r.stdout + r.stderr)
             print(f"ncu exit {r.returncode}: {GPU_RESULTS / 'kernel_ab_ncu.txt'}", flush=True)
         return code

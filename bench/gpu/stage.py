@@ -469,6 +469,11 @@ def cmd_run(args) -> int:
     unknown = [s for s in args.stages if s not in table]
     if unknown:
         raise SystemExit(f"unknown stage(s) {unknown}; stages: {', '.join(table)}")
+    for spec in args.args:
+        name, _, more = spec.partition("=")
+        if name not in table or len(table[name].steps) != 1:
+            raise SystemExit(f"--args {spec!r}: {name!r} is not a one-step (benchmark) stage")
+        table[name].steps[0].argv += shlex.split(more)
     top = Path(args.out)
     code = 0
     for name in args.stages:
@@ -660,6 +665,13 @@ def main(argv=None) -> int:
     run.add_argument("--wheels", default=str(ROOT / ".whl"))
     run.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     run.add_argument("--no-setup", action="store_true", help="use this environment as it is")
+    run.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="STAGE=ARGS",
+        help="more arguments for a benchmark stage's script, e.g. 'e2e=--graphs products'",
+    )
     return cmd_run(run.parse_args(argv))
 
 

@@ -26,13 +26,8 @@
 // edge (the plan's normalization); more heads are GAT's per-head attention coefficients.
 // Both variants take `heads` as the last argument; the unweighted one ignores it.
 //
-// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above),
-// MGG_ROWS (rows in flight per warp on the D >= 32 path: more hides more latency, costs
-// registers and so resident warps).
+// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above).
 
-#ifndef MGG_ROWS
-#define MGG_ROWS 4
-#endif
 #ifndef MGG_WEIGHTED
 #define MGG_WEIGHTED 0
 #endif
@@ -124,28 +119,8 @@ __device__ __forceinline__ void emit4(float* __restrict__ out, i64 idx, float4 v
     atomicAdd(p + 3, v.w);
 }
 
-// Sum U rows at a time while U remain of the cnt whose addresses the warp holds (lane t:
-// edge b + t's row), U rows in flight; returns where it stopped.
-template <int U, typename Scale>
-__device__ __forceinline__ int sum_rows(float4& acc, unsigned long long rows, int t, int cnt,
-                                        int j, bool on, i64 b, Scale scale) {
-    for (; t + U <= cnt; t += U) {
-        float4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const float* r = (const float*)__shfl_sync(FULL_MASK, rows, t + u);
-            v[u] = on ? load4(r + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) fma4(acc, scale(b + t + u), v[u]);
-    }
-    return t;
-}
-
 // D (and each head's width) a multiple of 4: a lane sums 4 columns with 16-byte loads
-// (a warp covers 128 columns a pass). The warp reads 32 edges' row addresses at once
-// (one coalesced load of the ids, lane t holding edge t's) and broadcasts them by
-// shuffles, so no row load waits on its own id load; MGG_ROWS rows in flight.
+// (a warp covers 128 columns a pass), four edges' rows in flight at a time.
 template <typename RowFn>
 __device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __restrict__ w,
                                                      i64 e0, i64 e1, float* __restrict__ out,
@@ -153,23 +128,24 @@ __device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __r
                                                      int heads) {
     for (int j0 = 0; j0 < dim; j0 += 128) {
         const int j = j0 + 4 * lane;
-        const bool on = j < dim;  // lanes past dim still take part in the shuffles
+        if (j >= dim) return;
 #if MGG_WEIGHTED
-        const int h = on ? j / (dim / heads) : 0;  // this lane's head (its 4 columns share it)
+        const int h = j / (dim / heads);  // this lane's head (its 4 columns share it)
         auto scale = [&](i64 e) { return w[e * heads + h]; };
 #else
         auto scale = [](i64) { return 1.0f; };
 #endif
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (i64 b = e0; b < e1; b += 32) {
-            const int cnt = (int)min((i64)32, e1 - b);
-            const unsigned long long rows =
-                lane < cnt ? (unsigned long long)row(b + lane) : 0ull;
-            int t = sum_rows<MGG_ROWS>(acc, rows, 0, cnt, j, on, b, scale);
-            if (MGG_ROWS > 4) t = sum_rows<4>(acc, rows, t, cnt, j, on, b, scale);
-            sum_rows<1>(acc, rows, t, cnt, j, on, b, scale);
+        i64 e = e0;
+        for (; e + 4 <= e1; e += 4) {
+            float4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = load4(row(e + u) + j);
+#pragma unroll
+            for (int u = 0; u < 4; ++u) fma4(acc, scale(e + u), v[u]);
         }
-        if (on) emit4(out, node * dim + j, acc, excl);
+        for (; e < e1; ++e) fma4(acc, scale(e), load4(row(e) + j));
+        emit4(out, node * dim + j, acc, excl);
     }
 }
 
