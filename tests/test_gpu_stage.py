@@ -124,6 +124,20 @@ def test_check_steps_reject_a_job_of_singletons_or_the_wrong_remote_path():
     assert expect(None) == "no JSON result printed"
 
 
+def test_a_stage_followed_by_another_is_packed_before_the_next_starts(tmp_path):
+    """A command killed during its last stage still returns the earlier ones whole: each
+    stage but the last is one tarball. Both scripts fail at once here (no GPU; --args
+    hands them an unknown option), which still writes their stage files."""
+    argv = ["kernel", "e2e", "--out", str(tmp_path), "--no-setup", "--quick"]
+    argv += ["--args", "kernel=--no-such-option", "--args", "e2e=--no-such-option"]
+    assert stage.main(argv) == 1
+    assert not (tmp_path / "kernel").exists()
+    with tarfile.open(tmp_path / "kernel.tar.gz") as t:
+        assert "kernel/stage.json" in t.getnames()
+    last = json.loads((tmp_path / "e2e" / "stage.json").read_text())
+    assert "--no-such-option" in last["steps"][0]["command"] and not last["ok"]
+
+
 def test_results_beyond_what_a_command_returns_are_packed(tmp_path):
     d = tmp_path / "tests"
     d.mkdir()

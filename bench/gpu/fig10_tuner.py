@@ -12,6 +12,7 @@ are then re-measured side by side (9 rounds) for the ratios.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import sys
 
@@ -74,7 +75,9 @@ def main():
                 res.write(partial=True)
             return t
 
-        ranked = rank_configs(space, Workload.of(base[0], args.dim), dev, "p2p")
+        work = Workload.of(base[0], args.dim)
+        res.payload["workload"] = dataclasses.asdict(work)  # what the model ranked with
+        ranked = rank_configs(space, work, dev, "p2p")
         origin = search(space, measure)  # the paper's walk from (1, 1, 1)
         from_model = search(space, measure, model=model_table(ranked))
         res.payload.update(trace_origin=origin.trace, trace_model=from_model.trace)

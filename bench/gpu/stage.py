@@ -476,7 +476,7 @@ def cmd_run(args) -> int:
         table[name].steps[0].argv += shlex.split(more)
     top = Path(args.out)
     code = 0
-    for name in args.stages:
+    for i, name in enumerate(args.stages):
         t0 = time.monotonic()
         out = top / name
         out.mkdir(parents=True, exist_ok=True)
@@ -504,7 +504,8 @@ def cmd_run(args) -> int:
             print(json.dumps(summary["versions"]), flush=True)
         summary = run_stage(table[name], out, env, summary)
         print_table(summary)
-        pack_if_needed(top, out)
+        # a later stage killed at the command's limit packs nothing: pack this one now
+        pack_if_needed(top, out, 0 if i + 1 < len(args.stages) else MAX_FILES)
         code = code or (0 if summary["ok"] else 1)
     return code
 
