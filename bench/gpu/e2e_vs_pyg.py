@@ -117,7 +117,7 @@ def timed(mgg_step, model, ds, epochs) -> tuple[dict, str]:
         return cuda_compare({"mgg": mgg_step, "pyg": pyg}, repeat=epochs), ""
     except oom as e:
         who = "mgg" if isinstance(e, cupy.cuda.memory.OutOfMemoryError) else "PyG"
-    pyg = None
+    pyg = None  # PyG's model and buffers go before mgg is timed alone
     free_gpu()
     if who == "mgg":
         return {}, "mgg ran out of GPU memory"

@@ -128,7 +128,7 @@ def main():
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-ncu", action="store_true")
-    ap.add_argument("--inner", help=argparse.SUPPRESS)  # the graph file: one variant's run
+    ap.add_argument("--inner", help=argparse.SUPPRESS)  # the graph file: one source's run
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -171,7 +171,8 @@ def stages(quick: bool = False) -> dict[str, Stage]:
         ),
         "kernel": Stage(
             "kernel",
-            "the aggregation kernel's rows in flight at D = 128 vs cuSPARSE, and ncu",
+            "this checkout's aggregation kernel (and, with --args, another) vs cuSPARSE "
+            "at D = 16 and 128, and ncu's counters",
             [script("kernel_ab", *(["--edges", "20000000"] if quick else []))],
         ),
     }
