@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 
 import numpy as np
 from common_gpu import (
@@ -28,6 +27,7 @@ from common_gpu import (
     check_output,
     copy_bandwidth,
     cuda_compare,
+    cusparse_matrix,
     device,
     grouped_bars,
     raw_log,
@@ -178,14 +178,7 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     xt = torch.from_numpy(x).cuda()
     w = torch.from_numpy(gg.weights if weighted else np.ones(gg.num_edges, np.float32))
     if "cusparse" in run:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            a_t = torch.sparse_csr_tensor(
-                torch.from_numpy(gg.indptr),
-                torch.from_numpy(gg.indices.astype(np.int64)),
-                w,
-                size=(gg.num_nodes,) * 2,
-            ).cuda()
+        a_t = cusparse_matrix(gg, w)
         fns["cusparse"] = lambda: a_t @ xt
     if "pyg" in run:
         from torch_geometric.nn import SimpleConv

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import os
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,22 @@ def cuda_compare(fns: dict, repeat: int = 20, warmup: int = 3) -> dict:
             end.synchronize()
             times[k].append(cupy.cuda.get_elapsed_time(start, end) / 1e3)
     return {k: float(np.median(v)) for k, v in times.items()}
+
+
+def cusparse_matrix(graph, weights):
+    """The graph's in-edge CSR as a torch sparse CSR tensor on the GPU (int64 columns,
+    ``weights`` a torch float32 [E]): ``a @ x`` is cuSPARSE's SpMM, the peer mgg is held
+    against."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's beta-state warning for sparse CSR
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(graph.indptr),
+            torch.from_numpy(graph.indices.astype(np.int64)),
+            weights,
+            size=(graph.num_nodes,) * 2,
+        ).cuda()
 
 
 def copy_bandwidth(gib: float = 2.0) -> float:

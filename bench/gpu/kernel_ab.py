@@ -21,11 +21,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
-from common_gpu import GPU_RESULTS, Results, check_output, cuda_compare, grouped_bars, raw_log
+from common_gpu import (
+    GPU_RESULTS,
+    Results,
+    check_output,
+    cuda_compare,
+    cusparse_matrix,
+    grouped_bars,
+    raw_log,
+)
 
 CONFIGS = [(64, 1, 4), (128, 1, 4)]  # (ps, dist, wpb): the best of aggregation.py's sweep
 NCU_SECTIONS = (
@@ -71,14 +78,7 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
             assign(d.x, x)
         fns = {f"{dim} {op} ps={c[0]}": (lambda d=d: d(op)) for c, d in designs.items()}
         w = torch.from_numpy(gg.weights if op == "gcn" else np.ones(gg.num_edges, np.float32))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            a_t = torch.sparse_csr_tensor(
-                torch.from_numpy(gg.indptr),
-                torch.from_numpy(gg.indices.astype(np.int64)),
-                w,
-                size=(gg.num_nodes,) * 2,
-            ).cuda()
+        a_t = cusparse_matrix(gg, w)
         xt = torch.from_numpy(x).cuda()
         fns[f"{dim} {op} cusparse"] = lambda a_t=a_t, xt=xt: a_t @ xt
         if profile:  # one call of each, inside the profiled range
