@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 NP     ?= 4
 
-.PHONY: demo test test-fast bench lint clean venv
+.PHONY: demo test test-quick bench lint clean venv
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,8 +23,10 @@ demo: $(VENV)/.core
 test: $(VENV)/.core
 	$(BIN)/python -m pytest -q
 
-test-fast: $(VENV)/.core
-	$(BIN)/python -m pytest -q -m "not slow"
+# the edit-run loop: every test that starts no mpiexec and compiles no CUDA (markers mpi and
+# compile; tests/conftest.py fails a test that starts either unmarked)
+test-quick: $(VENV)/.core
+	$(BIN)/python -m pytest -q -m "not mpi and not compile"
 
 bench: $(VENV)/.core
 	$(BIN)/python bench/run_all.py

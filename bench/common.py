@@ -163,7 +163,7 @@ def write_results(
 def write_atomic(path: Path, text: str) -> None:
     """Write text so that a reader (or a kill mid-write) sees the old file or the new one,
     never half of one (mgg's one atomic writer)."""
-    from mgg.graph.formats import atomic_write
+    from mgg.atomic import atomic_write
 
     with atomic_write(path) as tmp:
         Path(tmp).write_text(text)

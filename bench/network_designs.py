@@ -12,7 +12,7 @@ MPIR_CVAR_NOLOCAL=1, so that MPICH gives every rank its own "node" and no shared
   tcp      the same with UCX_TLS=tcp,self: every byte through the kernel's TCP stack
            (loopback), the closest this machine gets to a network.
 
-In one job, timed round-robin (median of the slowest rank, mgg.designs.check): the
+In one job, timed round-robin (median of the slowest rank, mgg.harness.timing): the
 pipelined design over pushed messages (msg window) and over one-sided gets (rma), bulk
 halo exchange (msg: no window), direct per-edge gets (rma), and two references that
 bound what overlap can win: `nocomm` (bulk halo without its exchange: the pack and the
@@ -46,9 +46,10 @@ TRANSPORTS = {
 def worker(args) -> None:
     from mgg.comm import get_comm
     from mgg.designs import get_design
-    from mgg.designs.check import gather_rows, relative_error, slowest, time_round_robin
     from mgg.graph.dataset import random_features
     from mgg.graph.specs import resolve
+    from mgg.harness.check import gather_rows, relative_error
+    from mgg.harness.timing import slowest, time_round_robin
     from mgg.kernels import cpu, reference
     from mgg.partition import build_plan
 

@@ -8,7 +8,7 @@ A planted-partition graph (N nodes, N*degree CSR entries, 128 features, labels) 
 once as an uncompressed npz. For each P it measures, each command in its own processes:
 - `mgg partition FILE --np P --out` (one process builds every rank's plan) and
   `mggrun -np P mgg partition FILE --out --distributed` (rank r reads its slice): time and
-  peak RSS per rank; the two must write bit-identical plans (same fingerprints);
+  peak RSS per rank; the two must write bit-identical plans (same digests);
 - `mggrun -np P mgg train --dataset SHARDS`: peak RSS per rank (goal: at P = 4 each rank
   <= 0.35x the P = 1 peak) and the median epoch;
 - `mggrun -np P mgg train --dataset FILE` (every rank loads the whole dataset, as before
@@ -73,7 +73,7 @@ def main():
         dist = mgg_json(
             p, "partition", src, "--out", work / f"dist-{p}", "--distributed", "--force"
         )
-        same = one["fingerprints"] == dist["fingerprints"]
+        same = one["digests"] == dist["digests"]
         sharded = mgg_json(p, "train", "--dataset", work / f"dist-{p}", *train)
         raw[p] = {"partition": one, "distributed": dist, "train_sharded": sharded}
         for mode, res in (("partition, one process", one), ("partition --distributed", dist)):

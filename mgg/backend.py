@@ -20,7 +20,8 @@ import scipy.sparse as sp
 
 from .arrays import on_gpu, to_host
 from .comm import get_comm
-from .designs import design_names, get_design
+from .designs import Design, design_names, get_design
+from .knobs import DEFAULTS, JOB_KNOBS, Knobs
 from .tuner.model import cpu_device
 
 NAMES = ("cpu", "cuda")
@@ -83,19 +84,33 @@ class Backend:
 
             cupy.cuda.Device().synchronize()
 
-    def comm(self, *, window: str = "auto", mode: str = "auto"):
+    def comm(self, knobs: Knobs = DEFAULTS):
         """The world comm of this job. MPI comes up first on every backend, so that from
-        here on a failing rank aborts the job; cuda then takes NVSHMEM for device memory
-        when there are peers, or when the kernel reads through NVSHMEM gets (``mode``
-        'get', even on one PE). window: the MPI window mode ('auto', 'shm', 'rma')."""
-        world = get_comm("mpi", window=window)
-        if self.gpu and (world.size > 1 or mode == "get"):
+        here on a failing rank aborts the job, in the window ``knobs.window`` (None: auto);
+        cuda then takes NVSHMEM for device memory when there are peers, or when the kernel
+        reads through NVSHMEM gets (``knobs.remote`` 'get', even on one PE)."""
+        world = get_comm("mpi", window=knobs.window)
+        if self.gpu and (world.size > 1 or knobs.remote == "get"):
             return get_comm("nvshmem")
         return world
 
     def design(self, name: str):
         """The design class ``name`` of this backend (mgg.designs)."""
         return get_design(self.name, name)
+
+    def takes(self, *designs: str | type[Design]) -> tuple[str, ...]:
+        """The knobs a job of these designs takes: the backend's (JOB_KNOBS) and any of
+        the designs' (each by name or class), in mgg.knobs' order."""
+        names = set(JOB_KNOBS[self.name])
+        for d in designs:
+            names.update((self.design(d) if isinstance(d, str) else d).knobs)
+        return tuple(k for k in DEFAULTS.to_json() if k in names)
+
+    def job(self, *designs: str) -> str:
+        """How errors name a job of these designs: 'the pipelined design on cpu'."""
+        names = list(designs) or ["no"]
+        which = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        return f"the {which} design{'s' if len(names) > 1 else ''} on {self.name}"
 
     def designs(self) -> list[str]:
         return design_names(self.name)

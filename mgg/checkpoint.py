@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
+from .atomic import atomic_write
 from .errors import CheckpointError
-from .graph.formats import atomic_write
 
 FORMAT = 1
 LOCK = ".lock"

@@ -11,39 +11,18 @@ overwrite rows a slow peer is still reading.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from .backend import Backend, assign, get_backend
-from .comm.mpi import WINDOWS
-from .designs import knobs_for
 from .designs.halo import EdgeTranspose, HaloExchange
 from .errors import InputError
 from .graph.core import Graph
 from .hashing import key64
 from .kernels import aggregate
+from .knobs import SPECS, TUNABLE, Knobs
 from .partition import PartitionPlan, build_plan
-
-KNOBS = ("ps", "dist", "threads", "wpb", "window")  # what configure() and the tuner set
-
-
-def check_config(config) -> dict:
-    """``config`` if it is a dict of knobs in KNOBS with positive integer values (window:
-    'shm', 'rma' or 'msg'), or None; else InputError saying which key or value is wrong."""
-    if not isinstance(config, dict):
-        raise InputError(f'a configuration is a JSON object like {{"ps": 32}}, got {config!r}')
-    bad = sorted(set(config) - set(KNOBS))
-    if bad:
-        raise InputError(f"unknown configuration key {bad[0]!r}: the knobs are {', '.join(KNOBS)}")
-    for knob, value in config.items():
-        if knob == "window":
-            if value is not None and value not in WINDOWS:
-                raise InputError(f"window must be one of {', '.join(WINDOWS)}, got {value!r}")
-        elif value is not None and (
-            isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1
-        ):
-            raise InputError(f"{knob} must be a positive integer, got {value!r}")
-    return config
 
 
 class DistGraph:
@@ -53,7 +32,8 @@ class DistGraph:
     comm    mgg.comm.Comm, or None for a single process without MPI
     design  aggregation design for P > 1 (mgg.designs: 'pipelined', 'bulk_halo', 'direct')
     backend 'cpu' or 'cuda' (or a Backend)
-    knobs   design options (cpu: dist, batch_rnp, window; cuda: dist, wpb, mode)
+    knobs   mgg.knobs.Knobs, or knob keywords (ps=, dist=, window=, ...): those this
+            backend and design take; a ps other than the plan's re-cuts it
     """
 
     def __init__(
@@ -64,20 +44,22 @@ class DistGraph:
         design: str = "pipelined",
         backend: str | Backend = "cpu",
         dtype=np.float32,
-        **knobs,
+        knobs: Knobs | None = None,
+        **given,
     ):
         size = 1 if comm is None else comm.size
         if plan.num_ranks != size:
             raise ValueError(f"the plan is for {plan.num_ranks} ranks but the job has {size}")
         self.backend = get_backend(backend)
         self.design_cls = self.backend.design(design)
-        unknown = sorted(set(knobs) - set(self.design_cls.knobs))
-        if unknown:
-            raise ValueError(
-                f"the {design} design of the {self.backend.name} backend takes "
-                f"{', '.join(self.design_cls.knobs) or 'no options'}, not {', '.join(unknown)}"
-            )
-        self.plan, self.comm, self.design, self.knobs = plan, comm, design, knobs
+        self.takes = self.backend.takes(self.design_cls)
+        self.job = self.backend.job(design)
+        knobs = Knobs.parse(given, takes=self.takes, job=self.job, base=knobs)
+        if "ps" in knobs.given and knobs.ps != plan.ps:
+            plan = plan.with_ps(knobs.ps)
+        self.plan, self.comm, self.design = plan, comm, design
+        self.knobs = replace(knobs, ps=plan.ps, window=self._window(knobs.window))
+        self._threads(self.knobs.threads)
         self.dtype = np.dtype(dtype)
         self.xp = self.backend.xp
         self._designs: dict = {}
@@ -89,12 +71,15 @@ class DistGraph:
 
     @classmethod
     def build(
-        cls, graph: Graph, comm=None, ps: int = 16, *, split: str = "edges", **kw
+        cls, graph: Graph, comm=None, *, knobs: Knobs | None = None, design="pipelined", **kw
     ) -> DistGraph:
-        """Partition ``graph`` for the job of ``comm`` (node_split's ``split`` mode) and
-        keep this rank's plan."""
+        """Partition ``graph`` for the job of ``comm`` (cut with the knobs' ps and split)
+        and keep this rank's plan. ``kw``: knob keywords and DistGraph's other options."""
         size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-        return cls(build_plan(graph, size, ps, rank=rank, mode=split), comm, **kw)
+        given = {k: kw.pop(k) for k in list(kw) if k in SPECS}
+        knobs = Knobs.parse(given, base=knobs)
+        plan = build_plan(graph, size, knobs.ps, rank=rank, split=knobs.split)
+        return cls(plan, comm, design=design, knobs=knobs, **kw)
 
     @property
     def num_local_nodes(self) -> int:
@@ -167,19 +152,16 @@ class DistGraph:
 
     @property
     def config(self) -> dict:
-        """The tunable knobs in force: ps, dist and threads and window (cpu, with peers)
-        or wpb (cuda)."""
+        """The tunable knobs in force that this job takes (mgg.knobs.TUNABLE: ps, dist and
+        threads, and window with peers, on cpu; ps, dist, wpb on cuda), threads as numba
+        runs them; the JSON form a checkpoint keeps and --config takes."""
         import numba
 
-        out = {"ps": self.plan.ps, "dist": int(self.knobs.get("dist", 4))}
-        if self.backend.gpu:
-            out["wpb"] = int(self.knobs.get("wpb", 4))
-        else:
-            out["threads"] = numba.get_num_threads()
-            if self.comm is not None and self.size > 1 and "window" in self.design_cls.knobs:
-                out["window"] = self.knobs.get("window") or self.design_cls.default_window(
-                    self.comm
-                )
+        out = {}
+        for k in TUNABLE:
+            if k not in self.takes or (k == "window" and self.knobs.window is None):
+                continue
+            out[k] = numba.get_num_threads() if k == "threads" else getattr(self.knobs, k)
         return out
 
     @property
@@ -188,42 +170,49 @@ class DistGraph:
         (Design.window_choices)."""
         return () if self.comm is None else self.design_cls.window_choices(self.comm)
 
-    def configure(self, **config) -> None:
-        """Collective: switch to another configuration of the knobs ``KNOBS`` (the
-        tuner's: ps, dist, threads, wpb, positive integers; window, 'shm', 'rma' or 'msg').
-        The CSRs are kept; only the neighbor partitions and the designs are rebuilt."""
-        import numba
-
-        ps, dist, threads, wpb, window = (check_config(config).get(k) for k in KNOBS)
-        if threads is not None:
-            if not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
-                raise InputError(
-                    f"threads must be in [1, {numba.config.NUMBA_NUM_THREADS}], got {threads}"
-                )
-            numba.set_num_threads(int(threads))
-        for knob, value in (("dist", dist), ("wpb", wpb)):
-            if value is not None and knob not in self.design_cls.knobs:
-                raise InputError(
-                    f"{knob} is not a knob of the {self.design} design of the "
-                    f"{self.backend.name} backend"
-                )
-        if window is not None:
-            if "window" not in self.design_cls.knobs or self.comm is None:
-                raise InputError(f"the {self.design} design of this job takes no window")
-            if window not in self.design_cls.windows:
-                raise InputError(f"the {self.design} design takes no window {window!r}")
-            if window not in self.comm.windows:
-                raise InputError(f"window {window} needs every rank on one node")
-            if window == self.design_cls.default_window(self.comm) and "window" not in self.knobs:
-                window = None  # the default: the designs already open are it
-        new = {"dist": dist, "wpb": wpb, "window": window}
-        knobs = {**self.knobs, **knobs_for(self.design_cls, new)}
-        if (ps is None or ps == self.plan.ps) and knobs == self.knobs:
+    def configure(self, knobs: Knobs | None = None, **given) -> None:
+        """Collective: switch to other knobs (a Knobs, or keywords: ps=, dist=, threads=,
+        wpb=, window=), checked as they enter. The CSRs are kept; only the neighbor
+        partitions and the designs are rebuilt, and only when they change."""
+        new = Knobs.parse(given, takes=self.takes, job=self.job, base=knobs or self.knobs)
+        if new.split != self.knobs.split:
+            raise InputError(
+                f"split {new.split!r}: this graph was cut into ranks by {self.knobs.split!r}; "
+                "a split is chosen when the graph is partitioned"
+            )
+        new = replace(new, window=self._window(new.window))
+        self._threads(new.threads)
+        if replace(new, threads=None) == replace(self.knobs, threads=None):
+            self.knobs = new
             return  # the designs already open are this configuration's
         self.free()
-        if ps is not None:
-            self.plan = self.plan.with_ps(int(ps))
-        self.knobs = knobs
+        self.plan = self.plan.with_ps(new.ps)
+        self.knobs = new
+
+    def _window(self, window: str | None) -> str | None:
+        """The window this job's designs use (None where they take none, or alone): the
+        one asked for, checked against the design and the job's placement, else the
+        design's default."""
+        if "window" not in self.takes or self.comm is None or self.size == 1:
+            return None
+        if window is None:
+            return self.design_cls.default_window(self.comm)
+        if window not in self.design_cls.windows:
+            raise InputError(
+                f"window {window!r}: the {self.design} design takes "
+                f"{', '.join(self.design_cls.windows)}"
+            )
+        if window not in self.comm.windows:
+            raise InputError(f"window {window!r} needs every rank on one node")
+        return window
+
+    @staticmethod
+    def _threads(threads: int | None) -> None:
+        """Run numba's kernels on ``threads`` threads (None: leave numba's setting)."""
+        if threads is not None:
+            import numba
+
+            numba.set_num_threads(threads)
 
     def _design(self, transpose: bool, dim: int):
         """The next of the two designs for this direction and width (collective setup)."""
@@ -231,8 +220,9 @@ class DistGraph:
         if key not in self._designs:
             t0 = time.perf_counter()
             plan = self.plan.transposed if transpose else self.plan
+            options = self.knobs.options(self.design_cls.knobs)
             self._designs[key] = [
-                self.design_cls(plan, self.comm, dim, self.dtype, **self.knobs) for _ in range(2)
+                self.design_cls(plan, self.comm, dim, self.dtype, **options) for _ in range(2)
             ]
             self._turn[key] = 0
             self.stats["setup_seconds"] += time.perf_counter() - t0

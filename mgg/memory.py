@@ -189,7 +189,7 @@ def estimate(
     sharded: bool = False,
     symmetric: bool = True,
     dim: int = 16,
-    split: bool = False,
+    makes_split: bool = False,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -200,7 +200,7 @@ def estimate(
     ``copies``: [rows, width] tensors it keeps per layer;
     ``edge_floats``: floats it keeps per edge, head and layer (attention); ``dim``: check's width D;
     ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
-    ``split``: the dataset has no masks, so make_split counts per class.
+    ``makes_split``: the dataset has no masks, so make_split counts per class.
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -219,8 +219,8 @@ def estimate(
         part["dataset"] = csr_bytes(n, e, build=False) + node_data
         load = part["dataset"] + LOAD_PER_EDGE * e
         build = part["dataset"] + JOB_PER_ENTRY * entries + plan
-    if split and not multilabel:
-        part["split"] = 8 * 3 * max(c, 1) + 3 * 8 * n  # bincount per class, order, rank
+    if makes_split and not multilabel:
+        part["make_split"] = 8 * 3 * max(c, 1) + 3 * 8 * n  # bincount per class, order, rank
     part["plan"] = plan * (p if command == "partition" else 1)
     run = 0
     if command == "train":
@@ -243,7 +243,7 @@ def estimate(
         run = part["dataset"] + plan + 4 * dim * rows * 4 + windows
     elif command == "partition":
         run = part["dataset"] + part["plan"] + node_data
-    part["total"] = BASELINE + max(load, build, run) + part.get("split", 0)
+    part["total"] = BASELINE + max(load, build, run) + part.get("make_split", 0)
     return part
 
 
@@ -283,7 +283,7 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
         n, e, sym = ds.num_nodes, ds.num_edges, bool(ds.symmetric)
         f, c = ds.num_features or 0, ds.num_classes or 0
         nnz = 0 if ds.features == "sparse" else None
-        multi = split = False
+        multi = makes_split = False
     else:
         n, e, sym = graph.num_nodes, graph.num_edges, bool(graph.symmetric)
         x = ds.x
@@ -291,7 +291,7 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
         nnz = int(x.nnz) if hasattr(x, "nnz") else None
         c = int(ds.num_classes or 0)
         multi = bool(ds.multilabel)
-        split = ds.y is not None and ds.train_mask is None
+        makes_split = ds.y is not None and ds.train_mask is None
     parts = estimate(
         n,
         e,
@@ -303,7 +303,7 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
         command=command,
         sharded=graph is None,
         symmetric=sym,
-        split=split,
+        makes_split=makes_split,
         **kw,
     )
     what = f"mgg {command} on {ranks} rank(s)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +14,17 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint
-from .backend import Backend
+from .backend import Backend, get_backend
 from .distgraph import DistGraph
 from .errors import DivergedError, InputError
-from .graph.core import GRAPH_KINDS, job_graph
+from .graph.core import job_graph
 from .graph.dataset import Dataset, random_features
+from .harness.timing import slowest
+from .knobs import Knobs
 from .partition.shards import ShardedDataset
 from .progress import progress
-from .torch import MODELS, SparseRows, as_features, sync_gradients
+from .torch import SparseRows, as_features, graph_kind, sync_gradients
+from .tuner import Protocol, Workload, drive
 
 FEATURELESS_IDENTITY_MAX = 200_000  # up to this many nodes, featureless graphs get one-hot ids
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
@@ -44,58 +47,46 @@ class LocalData:
     notes: str = ""
 
 
-def graph_kind(model: str) -> str:
-    """The graph kind a registered model (or a graph kind itself) trains on."""
-    if model in MODELS:
-        return MODELS[model].cls.graph
-    if model in GRAPH_KINDS:
-        return model
-    raise ValueError(
-        f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
-        f"(or a graph kind: {', '.join(GRAPH_KINDS)})"
-    )
-
-
 def prepare(
     dataset: Dataset | ShardedDataset,
     comm=None,
     model: str = "gcn",
     *,
-    ps: int | None = None,
+    knobs: Knobs | None = None,
     seed: int = 0,
     row_normalize: bool = False,
     design: str = "pipelined",
     backend: str | Backend = "cpu",
-    split: str | None = None,
-    **knobs,
+    **given,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
 
     ``dataset``: a Dataset (partitioned here, on every rank) or a ShardedDataset (rank r
     opens only its shard, partitioned beforehand by ``mgg partition --out``).
     ``model``: a registered model name (its layers say which graph they expect) or a graph
-    kind of ``job_graph``. ``ps`` defaults to 16 (or the shards'). Datasets without a split
-    get 20 training and 30 validation nodes per class (seeded); datasets without features
-    get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random ones. Wide dense
-    features that are mostly zeros (bag-of-words) are stored sparse. ``row_normalize``
-    scales each feature row to sum 1 (Kipf & Welling's preprocessing). ``split``: how the
-    nodes are cut into ranks (node_split's modes; default "edges", Algorithm 1; "mixed"
-    also balances node counts, which dense layers cost); shards were cut when written.
+    kind of ``job_graph``. ``knobs`` (mgg.knobs.Knobs) and knob keywords (``ps=``,
+    ``dist=``, ``window=``, ``split=``, ...: those the backend and design take) configure
+    the job; a sharded dataset keeps its own ps unless one is given, and its split. Datasets
+    without a split get 20 training and 30 validation nodes per class (seeded); datasets
+    without features get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random
+    ones. Wide dense features that are mostly zeros (bag-of-words) are stored sparse.
+    ``row_normalize`` scales each feature row to sum 1 (Kipf & Welling's preprocessing).
     """
     kind = graph_kind(model)
+    be = get_backend(backend)
+    knobs = Knobs.parse(given, takes=be.takes(design), job=be.job(design), base=knobs)
     size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
     if isinstance(dataset, ShardedDataset):
-        if split is not None:
-            raise ValueError(
+        if "split" in knobs.given:
+            raise InputError(
                 f"{dataset.path}: a sharded dataset was split into ranks when it was written "
-                "(mgg partition --mode); --split does not apply to it"
+                "(mgg partition --split); --split does not apply to it"
             )
         dataset.check_job(size, kind, model)
         if not dataset.labels:
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
         shard = dataset.open(rank, size)
-        plan = shard.plan if ps is None else shard.plan.with_ps(ps)
-        dg = DistGraph(plan, comm, design=design, backend=backend, **knobs)
+        dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs)
         rows, n = shard.rows, dataset.num_nodes
     else:
         if dataset.y is None:
@@ -103,15 +94,7 @@ def prepare(
                 f"dataset {dataset.name!r} has no labels: node classification needs them"
             )
         g = job_graph(dataset.graph, kind)
-        dg = DistGraph.build(
-            g,
-            comm,
-            16 if ps is None else ps,
-            split=split or "edges",
-            design=design,
-            backend=backend,
-            **knobs,
-        )
+        dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
         rows, n = dataset.rows(dg.lb, dg.ub, seed), dataset.graph.num_nodes
     dg.seed = seed
     lb, ub = dg.lb, dg.ub
@@ -184,7 +167,7 @@ class Trainer:
         optimizer: torch.optim.Optimizer,
         *,
         tune: bool = False,
-        config: dict | None = None,
+        config: Knobs | dict | None = None,
         tune_space: dict | None = None,
         tune_start: dict | None = None,
         tune_budget: int = 40,
@@ -236,7 +219,9 @@ class Trainer:
         self.train_count = self._sum([float(data.train_mask.sum())])[0]
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
-        if config:
+        if isinstance(config, Knobs):
+            graph.configure(config)
+        elif config:
             graph.configure(**config)
 
     def _sum(self, values) -> np.ndarray:
@@ -409,22 +394,9 @@ class Trainer:
 
     # ---- tuning ----------------------------------------------------------------------
     def _search(self, epochs: int) -> None:
-        """The tuner's search (mgg.tuner.search), each sample a real training step (the
-        slowest rank's time, as every measurement in mgg.designs.check), within
+        """The tuner's driver (mgg.tuner.drive), each sample a real training step (the
+        slowest rank's time, as every measurement of mgg.harness.timing), within
         ``tune_budget`` epochs; from the model's guess unless ``tune_start`` is given."""
-        from .designs.check import slowest
-        from .tuner import (
-            Protocol,
-            Workload,
-            choose_window,
-            default_space,
-            model_table,
-            rank_configs,
-            search,
-        )
-
-        dev = self.g.backend.device()
-        space = self.tune_space or default_space(dev)
 
         def measure(cfg):
             self.g.configure(**cfg)
@@ -437,34 +409,32 @@ class Trainer:
             )
             return secs
 
+        be = self.g.backend
         width = getattr(self.model, "config", {}).get("hidden", 16)
-        work = Workload.of(self.g.plan, width)
-        ranked = rank_configs(space, work, dev, "p2p" if self.g.backend.gpu else "get")
         # epochs are dear: fewer samples each (three: the run's first epoch is slow)
-        budget, rounds = min(self.tune_budget, epochs - self.epoch), 3
-        window = window_latency = None
-        choices = self.g.window_choices
-        if len(choices) > 1 and len(choices) * rounds < budget:  # across nodes: measure
-            window, window_latency = choose_window(choices, {}, measure, rounds)
-            self.g.configure(window=window)
-            budget -= len(choices) * rounds
-            if self.log:
-                times = ", ".join(f"{w} {t * 1e3:.1f} ms" for w, t in window_latency.items())
-                self.log(f"window {window} ({times} a step)")
+        budget = min(self.tune_budget, epochs - self.epoch)
         protocol = Protocol(
-            min_samples=rounds, max_samples=5, max_configs=10, final_rounds=1, budget=budget
+            min_samples=3, max_samples=5, max_configs=10, final_rounds=1, budget=budget
         )
-        res = search(
-            space,
+        tuned = drive(
             measure,
-            start=self.tune_start,
-            model=model_table(ranked),
+            device=be.device(),
+            work=Workload.of(self.g.plan, width),
+            mode="p2p" if be.gpu else "get",
+            knobs=replace(self.g.knobs, **self.g.config),  # threads as numba runs them
+            search_space=self.tune_space,
+            windows=self.g.window_choices,
+            start=self.tune_start or "model",
             protocol=protocol,
         )
-        self.g.configure(**res.best)
+        res = tuned.result
+        if tuned.window and self.log:
+            times = ", ".join(f"{w} {t * 1e3:.1f} ms" for w, t in tuned.window_latency.items())
+            self.log(f"window {tuned.window} ({times} a step)")
+        self.g.configure(**tuned.best)
         self.tuning = res.to_json()
-        if window:
-            self.tuning.update(window=window, window_latency_s=window_latency)
+        if tuned.window:
+            self.tuning.update(window=tuned.window, window_latency_s=tuned.window_latency)
         if self.log:
             self.log(
                 f"tuned {res.best} in {res.samples} steps over {res.measured} configurations: "

@@ -1,4 +1,5 @@
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,29 @@ def assert_agg_close(out, ref, graph, x):
     mag = a @ np.abs(x.astype(np.float64)) + np.abs(x)
     eps = 1e-5 if x.dtype == np.float32 else 1e-12
     np.testing.assert_array_less(np.abs(out - ref), eps * (mag + 1.0))
+
+
+# What a test starts, by the words of its command line: the marker it must carry, so that
+# `make test-quick` (-m "not mpi and not compile") leaves out exactly those tests.
+STARTS = {"mggrun": "mpi", "mpiexec": "mpi", "nvcc": "compile"}
+
+
+@pytest.fixture(autouse=True)
+def _marked_for_what_it_starts(request, monkeypatch):
+    """Fail a test that starts mpiexec (mggrun) without the mpi marker, or nvcc without
+    the compile marker: the quick tier's split is explicit, and held to."""
+    marks = {m.name for m in request.node.iter_markers()}
+    start = subprocess.Popen.__init__
+
+    def checked(self, args, *a, **kw):
+        words = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+        for word in map(os.fspath, words):
+            for name, mark in STARTS.items():
+                if Path(str(word)).name == name and mark not in marks:
+                    pytest.fail(f"this test starts {name}: mark it @pytest.mark.{mark}")
+        start(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", checked)
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ def virtual(design, plans, x, op, eps=0.0, **knobs):
 
 
 # ---- compiles in CI --------------------------------------------------------------------
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
     from mgg.kernels.cuda.nn_ops import SOURCE as NN
@@ -74,6 +75,7 @@ def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("weighted", [0, 1])
 def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
@@ -96,6 +98,7 @@ def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
     assert (tmp_path / "k.o").stat().st_size > 0
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("weighted", [0, 1])
 def test_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted):
@@ -181,6 +184,7 @@ def nvrtc_ptx(lib, source: str, options) -> str:
     return ptx.value.decode()
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("major", [12, 13])
 def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     """The p2p and training kernels through NVRTC 12 and 13 (the gpu and gpu-cu12
@@ -276,6 +280,7 @@ def fake_cupy(monkeypatch):
     )
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("mode", ["p2p", "get"])
 def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch, tmp_path, mode):
@@ -326,6 +331,7 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
         kc.run(dp, x, peers, out, "sum", 0.0, cfg, 0, weights=(wl[:, :3], wr[:, :3]))
 
 
+@pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 def test_nn_launchers_match_the_compiled_kernel_signatures(rng, monkeypatch, tmp_path):
     from mgg.kernels.cuda import nn_ops
@@ -710,7 +716,7 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
         outs = {{}}
         for op in ("sum", "mean", "gcn", "gin"):
             plan = build_plan(g, comm.size, 8, rank=comm.rank, transposed=False)
-            d = CudaPipelined(plan, comm, 24, dist=3, wpb=2, mode="{mode}")
+            d = CudaPipelined(plan, comm, 24, dist=3, wpb=2, remote="{mode}")
             d.x[:] = cupy.asarray(random_features(5, plan.lb, plan.ub, 24))
             got = cupy.asnumpy(d(op, eps=0.3))
             assert d.remote_path["mode"] == "{mode}", d.remote_path
@@ -747,7 +753,7 @@ def test_mgg_check_with_nvshmem_reports_the_size_and_the_remote_path():
         "rmat:scale=10,ef=8",
         "--backend",
         "cuda",
-        "--mode",
+        "--remote",
         "get",
         "--op",
         "sum",
@@ -922,8 +928,8 @@ def test_the_remote_mode_is_checked_before_any_gpu_work(rng, capsys):
 
     plan = build_plan(random_graph(rng, 50, 200), 1, 4)[0]
     with pytest.raises(ValueError, match="reads through NVSHMEM"):
-        CudaPipelined(plan, None, 8, mode="get")
-    with pytest.raises(ValueError, match="remote mode must be one of"):
-        CudaPipelined(plan, None, 8, mode="teleport")
-    assert main(["check", "rmat:scale=6,ef=4", "--mode", "get"]) == 2
-    assert "use --backend cuda" in capsys.readouterr().err
+        CudaPipelined(plan, None, 8, remote="get")
+    with pytest.raises(ValueError, match="remote: must be one of p2p, get"):
+        CudaPipelined(plan, None, 8, remote="teleport")
+    assert main(["check", "rmat:scale=6,ef=4", "--remote", "get"]) == 2
+    assert "--remote is not a knob of" in capsys.readouterr().err

@@ -280,7 +280,7 @@ def test_ctrl_c_in_mgg_is_one_line_without_a_traceback(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_info", interrupted)
+    monkeypatch.setattr(cli.info, "main", interrupted)
     for var in ("MGG_LAUNCHER", "PMI_RANK", "MGG_SIZE", "PMI_SIZE"):
         monkeypatch.delenv(var, raising=False)
     handler = signal.getsignal(signal.SIGINT)

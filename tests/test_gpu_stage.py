@@ -187,6 +187,7 @@ def test_the_wheel_set_is_exactly_nvshmem4py_mpi4py_and_mpich(tmp_path):
         assert set(stage.find_wheels(SHARED_WHEELS)) == {"nvshmem4py", "mpi4py", "mpich"}
 
 
+@pytest.mark.mpi
 def test_unzipping_keeps_mpiexec_executable_and_the_environment_puts_it_first(tmp_path):
     wheel = _wheel(
         tmp_path / "mpich-9.9-py3-none-any.whl",

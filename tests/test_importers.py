@@ -12,10 +12,10 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from mgg.atomic import atomic_write
 from mgg.cli import main
 from mgg.graph import Graph, GraphError, from_arrays, from_edge_index, from_pyg, from_scipy
 from mgg.graph.formats import read_dataset, read_graph, write_graph
-from mgg.graph.formats._common import atomic_write
 
 
 def edge_set(g: Graph, weights=False):

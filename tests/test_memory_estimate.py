@@ -7,6 +7,8 @@ separate job compiles and caches the kernels first."""
 
 import json
 
+import pytest
+
 from mgg.cli import main
 
 from conftest import mpirun
@@ -26,6 +28,7 @@ for model, n in %r:  # one job, several runs: VmHWM reset before each (Linux >= 
 """
 
 
+@pytest.mark.mpi
 def test_estimate_within_30_percent_on_three_sizes_and_attention():
     warm = mpirun(2, "python", "-c", JOB % ((("gcn", 2000), ("gat", 2000)),))
     assert warm.returncode == 0, warm.stderr[-2000:]

@@ -168,7 +168,7 @@ def test_hub_holding_most_edges(rng):
 
 def test_node_balanced_mode_and_isolated_nodes_spread(rng):
     g = random_graph(rng, 1000, 5000, isolated=600)
-    b = node_split(g.indptr, 4, mode="nodes")
+    b = node_split(g.indptr, 4, split="nodes")
     assert b.tolist() == [0, 250, 500, 750, 1000]
     # nodes 0 and 100 hold 10 in-edges each, the rest none: any split in 1..100 balances
     # edges equally; the isolated nodes are spread by picking the one nearest N/2
@@ -184,7 +184,7 @@ def test_mixed_mode_balances_edge_and_node_shares(rng, p):
     for kind in range(3):  # skewed: few nodes hold most edges; uniform; hub
         g = random_graph(rng, 300, 3000, hub_dst=kind == 2, isolated=150 if kind == 0 else 0)
         n, e = g.num_nodes, g.num_edges
-        b = node_split(g.indptr, p, mode="mixed")
+        b = node_split(g.indptr, p, split="mixed")
         assert b[0] == 0 and b[-1] == n and np.all(np.diff(b) >= 0) and b.size == p + 1
         cost = g.indptr / e + np.arange(n + 1) / n
         share = np.diff(cost[b])
@@ -193,7 +193,7 @@ def test_mixed_mode_balances_edge_and_node_shares(rng, p):
         if p == 2:  # every cut c: ranks [0, c) and [c, n)
             every = np.maximum(cost, cost[-1] - cost).min()
             assert share.max() <= every + one + 1e-12, (share, every)
-        plans = build_plan(g, p, 8, mode="mixed")
+        plans = build_plan(g, p, 8, split="mixed")
         assert [q.lb for q in plans] == b[:-1].tolist()
         assert sum(q.num_local_edges + q.num_remote_edges for q in plans) == e
 

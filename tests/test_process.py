@@ -31,6 +31,7 @@ print(json.dumps({"hits": sum(st.cache_hits.values()), "misses": sum(st.cache_mi
 """
 
 
+@pytest.mark.mpi
 def test_ranks_of_a_node_compile_a_kernel_once(tmp_path):
     """Two ranks start together on an empty numba cache: one compiles, the other waits for
     the node's compile lock and loads what the first wrote (MGG_SERIAL_COMPILE=0 would let

@@ -6,10 +6,10 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from mgg.knobs import space
 from mgg.tuner import (
     Protocol,
     Workload,
-    default_space,
     estimate,
     exhaustive,
     known_gpu,
@@ -308,7 +308,7 @@ def test_model_prunes_infeasible_configurations():
     assert e.feasible and e.wpw == 2 * 16 * 128 * 4
     assert e.warps == math.ceil(max(5_000_000 / 16, 15_000_000 / 16) / 4)
     assert e.blocks == math.ceil(e.warps / 4)
-    ranked = rank_configs(default_space(h100), work, h100)
+    ranked = rank_configs(space(h100), work, h100)
     feasible = [c for c, est in ranked if est.feasible]
     assert ranked[-1][1].feasible is False and len(feasible) < len(ranked)
     assert model_guess(ranked) == feasible[0]
@@ -346,7 +346,7 @@ def test_model_ranks_the_recorded_gpu_landscape_as_the_gpu_did():
 def test_model_guess_is_a_reasonable_start_on_a_synthetic_device():
     h100 = known_gpu("H100")
     work = Workload(2_000_000, 6_000_000, 300_000, 16, 50_000)
-    guess = model_guess(rank_configs(default_space(h100), work, h100))
+    guess = model_guess(rank_configs(space(h100), work, h100))
     est = estimate(guess["ps"], guess["dist"], guess["wpb"], work, h100)
     origin = estimate(1, 1, 1, work, h100)
     # feasible, every SM busy with more warps than the origin's, and far ahead of it (the
@@ -356,7 +356,7 @@ def test_model_guess_is_a_reasonable_start_on_a_synthetic_device():
     assert est.resident_warps_per_sm > origin.resident_warps_per_sm
     assert est.latency < origin.latency / 2
     # p2p kernels need no shared memory: every configuration under the thread limit fits
-    ranked = rank_configs(default_space(h100), work, h100, mode="p2p")
+    ranked = rank_configs(space(h100), work, h100, mode="p2p")
     assert all(est.feasible for _, est in ranked)
 
 
@@ -483,3 +483,37 @@ def test_mgg_train_tunes_and_takes_a_config():
     res = last_json(r.stdout)
     assert res["tuning"] is None and res["graph_config"]["ps"] == 64
     assert res["graph_config"]["dist"] == 2
+
+
+def test_the_driver_measures_the_window_first_within_the_budget_then_walks():
+    """drive (mgg tune's and the Trainer's one driver): across nodes it compares the
+    windows at the configuration in force, counts those samples in the budget, and every
+    sample of the walk then runs in the faster window; with no room for them, none."""
+    from mgg.knobs import Knobs
+    from mgg.tuner import cpu_device, drive
+
+    dev, work = cpu_device(4), Workload(50_000, 20_000, 4_000, 16, 1_000)
+    landscape = bowl((32, 4, 2))
+    calls = []
+
+    def measure(cfg):
+        calls.append(dict(cfg))
+        slow = 1.5 if cfg.get("window") == "rma" else 1.0
+        return slow * landscape({"ps": cfg["ps"], "dist": cfg["dist"], "wpb": cfg["threads"]})
+
+    knobs = Knobs(ps=8, dist=2, threads=1)
+    protocol = Protocol(min_samples=3, max_samples=4, max_configs=6, budget=30)
+    tuned = drive(measure, device=dev, work=work, knobs=knobs, windows=("msg", "rma"),
+                  protocol=protocol)  # fmt: skip
+    assert tuned.window == "msg" and set(tuned.window_latency) == {"msg", "rma"}
+    assert calls[:6] == [
+        {"ps": 8, "dist": 2, "threads": 1, "window": w} for w in ["msg", "rma"] * 3
+    ]
+    assert len(calls) <= 30 and all(c["window"] == "msg" for c in calls[6:])
+    assert tuned.best == {**tuned.result.best, "window": "msg"}
+    calls.clear()
+    tight = Protocol(min_samples=3, max_samples=4, max_configs=6, budget=6)
+    tuned = drive(measure, device=dev, work=work, windows=("msg", "rma"), protocol=tight)
+    assert tuned.window is None and len(calls) <= 6 and all("window" not in c for c in calls)
+    with pytest.raises(ValueError, match="start must be 'model', 'origin' or a configuration"):
+        drive(measure, device=dev, work=work, start="guess")

@@ -21,11 +21,12 @@ from common_gpu import GPU_RESULTS, Results, cuda_median, raw_log, standin_graph
 from mgg.backend import assign
 from mgg.designs import get_design
 from mgg.graph.dataset import random_features
+from mgg.harness.timing import fresh_sample
 from mgg.kernels.cuda import current_device
+from mgg.knobs import space as knob_space
 from mgg.partition import build_plan
 from mgg.tuner import (
     Workload,
-    default_space,
     exhaustive,
     model_guess,
     model_table,
@@ -34,7 +35,6 @@ from mgg.tuner import (
 )
 from mgg.tuner.plot import heatmaps
 from mgg.tuner.search import confirm_medians
-from mgg.tuner.tune import fresh_sample
 
 
 def main():
@@ -56,7 +56,7 @@ def main():
         by_ps = functools.cache(lambda ps: [p.with_ps(ps) for p in base])
         x = random_features(0, 0, g.num_nodes, args.dim)
         dev = current_device()[1]
-        space = default_space(dev)
+        space = knob_space(dev)
         measured = []
         pipelined = get_design("virtual", "pipelined")
 

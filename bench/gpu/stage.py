@@ -147,7 +147,7 @@ def stages(quick: bool = False) -> dict[str, Stage]:
                         "rmat:scale=10,ef=8" if quick else CHECK_GRAPH,
                         "--backend",
                         "cuda",
-                        "--mode",
+                        "--remote",
                         mode,
                         "--op",
                         "all",

@@ -3,9 +3,17 @@
 
 from __future__ import annotations
 
-from .base import Comm, SymmetricArray
+from .base import WINDOWS, Comm, SymmetricArray
 
-__all__ = ["Comm", "SymmetricArray", "abort_job", "finalize", "get_comm", "job_rank"]
+__all__ = [
+    "WINDOWS",
+    "Comm",
+    "SymmetricArray",
+    "abort_job",
+    "finalize",
+    "get_comm",
+    "job_rank",
+]
 
 _world = {}
 
@@ -14,7 +22,7 @@ def get_comm(transport: str = "mpi", **kw) -> Comm:
     """The world communicator of this process over ``transport`` ('mpi' or 'nvshmem'),
     created once per transport and options."""
     if transport == "mpi":
-        kw.setdefault("window", "auto")
+        kw.setdefault("window", None)
     key = (transport, tuple(sorted(kw.items())))
     if key not in _world:
         if transport == "mpi":

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..knobs import WINDOWS  # noqa: F401 - the job's windows, mgg.comm.WINDOWS to the designs
+
 
 class Comm:
     """rank, size, collectives on small host arrays, and symmetric allocation.

@@ -19,7 +19,8 @@ import time
 import numpy as np
 
 from ..errors import LaunchError
-from .base import Comm, SymmetricArray
+from ..knobs import check_value
+from .base import WINDOWS, Comm, SymmetricArray
 
 _abort_installed = False
 
@@ -110,14 +111,11 @@ def check_world_size(size: int, asked: str | None, MPI=None) -> None:
     )
 
 
-WINDOWS = ("shm", "rma", "msg")
-
-
 class MPIComm(Comm):
-    """mgg.comm over mpi4py. ``window``: 'shm', 'rma', 'msg' or 'auto' (shm when on one
-    node, else msg: the faster across nodes in bench/results/network_designs.md)."""
+    """mgg.comm over mpi4py. ``window``: 'shm', 'rma', 'msg' or None (auto: shm when on
+    one node, else msg: the faster across nodes in bench/results/network_designs.md)."""
 
-    def __init__(self, comm=None, window: str = "auto"):
+    def __init__(self, comm=None, window: str | None = None):
         MPI = _mpi()
         self.MPI = MPI
         self.comm = comm if comm is not None else MPI.COMM_WORLD
@@ -127,16 +125,15 @@ class MPIComm(Comm):
             check_world_size(self.size, os.environ.get("MGG_NP"), MPI)
         self.node = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
         self.single_node = self.comm.allreduce(self.node.Get_size()) == self.size**2
-        if window not in ("auto", *WINDOWS):
-            raise ValueError(f"window must be 'auto', 'shm', 'rma' or 'msg', got {window!r}")
+        window = check_value("window", window)
         if window == "shm" and not self.single_node:
             nodes = self.comm.allreduce(int(self.node.Get_rank() == 0))
             raise ValueError(
                 f"--window shm needs every rank on one node, and this job's {self.size} "
                 f"ranks are on {nodes}; use --window msg, rma or auto"
             )
-        self.window = ("shm" if self.single_node else "msg") if window == "auto" else window
-        self.window_asked = window != "auto"
+        self.window = ("shm" if self.single_node else "msg") if window is None else window
+        self.window_asked = window is not None
         self.windows = tuple(w for w in WINDOWS if w != "shm" or self.single_node)
         # one node: shm's loads beat any copy; across nodes, measure
         self.window_choices = () if self.single_node else ("msg", "rma")
@@ -186,9 +183,7 @@ class MPIComm(Comm):
             raise ValueError(
                 f"symmetric arrays must have the same shape on every rank, got {sorted(set(sizes))}"
             )
-        mode = window or self.window
-        if mode not in WINDOWS:
-            raise ValueError(f"window must be 'shm', 'rma' or 'msg', got {mode!r}")
+        mode = check_value("window", window or self.window)
         if mode not in self.windows:
             raise ValueError(f"window={mode!r} needs every rank on one node")
         if mode == "msg":

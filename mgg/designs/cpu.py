@@ -22,7 +22,9 @@ import weakref
 
 import numpy as np
 
+from ..comm import WINDOWS
 from ..kernels import cpu
+from ..knobs import DEFAULTS
 from .base import Design
 from .push import Pushes
 
@@ -32,7 +34,7 @@ class CpuDesign(Design):
     the comm's choice) and the numba kernels."""
 
     knobs = ("window",)
-    windows = ("shm", "rma", "msg")
+    windows = WINDOWS
 
     def __init__(self, plan, comm, dim, dtype=np.float32, *, window: str | None = None):
         super().__init__(plan, comm, dim, dtype)
@@ -119,12 +121,13 @@ MIN_MESSAGE = 1 << 20  # bytes: smaller chunks cost more in messages than they o
 
 class Pipelined(CpuDesign):
     """MGG: LNP/RNP interleaving, each remote row fetched once per call. rma: ``dist``
-    fetch batches of ``batch_rnp`` RNPs in flight; msg: the RNPs (and the LNPs) cut
+    fetch batches of ``BATCH_RNP`` RNPs in flight; msg: the RNPs (and the LNPs) cut
     into ``dist`` chunks of equal edge counts (fewer where a peer's rows of a chunk
     would be under MIN_MESSAGE bytes), each peer's rows of a chunk one message."""
 
     name = "pipelined"
-    knobs = ("window", "dist", "batch_rnp")
+    knobs = ("window", "dist")
+    BATCH_RNP = 8192  # RNPs per fetch batch (rma): fewer batches than partitions
 
     def __init__(
         self,
@@ -134,11 +137,10 @@ class Pipelined(CpuDesign):
         dtype=np.float32,
         *,
         window=None,
-        dist: int = 4,
-        batch_rnp: int = 8192,
+        dist: int = DEFAULTS.dist,
     ):
-        if dist < 1 or batch_rnp < 1:
-            raise ValueError(f"dist and batch_rnp must be >= 1, got {dist}, {batch_rnp}")
+        if dist < 1:
+            raise ValueError(f"dist must be >= 1, got {dist}")
         super().__init__(plan, comm, dim, dtype, window=window)
         self.dist = int(dist)
         p = plan
@@ -158,7 +160,7 @@ class Pipelined(CpuDesign):
             self.lnp_cuts = _edge_cuts(p.lnp_ptr, chunks)
             self.pushes = Pushes(p, comm, _first_new(p, self.rnp_cuts), self.dim, self.dtype)
             return
-        nb = max(1, -(-p.rnp_node.size // batch_rnp))
+        nb = max(1, -(-p.rnp_node.size // self.BATCH_RNP))
         self.rnp_cuts = (np.arange(nb + 1) * p.rnp_node.size) // nb
         self.lnp_cuts = (np.arange(nb + 1) * p.lnp_node.size) // nb
         first_new = _first_new(p, self.rnp_cuts)

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.cuda import MODES, DevicePlan, current_device, launch_config, run
+from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..knobs import DEFAULTS, check_value
 from .base import Design
 
 
@@ -14,12 +15,13 @@ class CudaPipelined(Design):
     """comm  mgg.comm.nvshmem.NVSHMEMComm (any size: the get mode needs NVSHMEM even on
           one PE), or a comm of one rank without device memory (or None): one PE in plain
           device memory
-    mode  'p2p', 'get', or None: p2p when every peer is reachable by loads (nvshmem_ptr)
-          on every PE, else get. ``remote_path`` says which was chosen and why.
+    remote  'p2p', 'get', or None: p2p when every peer is reachable by loads
+            (nvshmem_ptr) on every PE, else get. ``remote_path`` says which was chosen
+            and why.
     """
 
     name = "pipelined"
-    knobs = ("dist", "wpb", "mode")
+    knobs = ("dist", "wpb", "remote")
 
     def __init__(
         self,
@@ -28,18 +30,17 @@ class CudaPipelined(Design):
         dim: int,
         dtype=np.float32,
         *,
-        dist: int = 4,
-        wpb: int = 4,
-        mode: str | None = None,
+        dist: int = DEFAULTS.dist,
+        wpb: int = DEFAULTS.wpb,
+        remote: str | None = DEFAULTS.remote,
     ):
         if np.dtype(dtype) != np.float32:
             raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
-        if mode not in (None, *MODES):
-            raise ValueError(f"remote mode must be one of {MODES} or None, got {mode!r}")
+        mode = check_value("remote", remote)
         nvshmem = comm is not None and comm.device_memory
         if not nvshmem and mode == "get":
             raise ValueError(
-                "mode 'get' reads through NVSHMEM: launch with mggrun (one PE will do)"
+                "remote 'get' reads through NVSHMEM: launch with mggrun (one PE will do)"
             )
         super().__init__(plan, comm, dim, dtype)
         import cupy
@@ -63,8 +64,8 @@ class CudaPipelined(Design):
             if mode == "p2p" and unreachable:
                 mine = comm.unreachable or "a peer PE cannot map all of its peers"
                 raise ValueError(
-                    "mode 'p2p' needs every peer reachable by loads (nvshmem_ptr), but "
-                    f"{mine}: use mode 'get'"
+                    "remote 'p2p' needs every peer reachable by loads (nvshmem_ptr), but "
+                    f"{mine}: use remote 'get'"
                 )
             if mode is None:
                 mode = "get" if unreachable else "p2p"

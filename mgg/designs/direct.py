@@ -12,16 +12,17 @@ from .cpu import CpuDesign
 
 
 class Direct(CpuDesign):
-    """Every remote edge fetches its own row, blocking, one block of ``block_nodes``
+    """Every remote edge fetches its own row, blocking, one block of ``BLOCK_NODES``
     destination nodes at a time into a buffer of that block's rows; a node's neighbors
     are one unit of work (no ps)."""
 
     name = "direct"
-    knobs = ("window", "block_nodes")
     windows = ("shm", "rma")  # per-edge gets: the msg window has none
+    BLOCK_NODES = 32
 
-    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, block_nodes: int = 32):
+    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None):
         super().__init__(plan, comm, dim, dtype, window=window)
+        block_nodes = self.BLOCK_NODES
         p = plan
         q = self.node_plan = p.with_ps(max(1, p.widest_row))
         n = p.num_local_nodes

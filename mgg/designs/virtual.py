@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..knobs import DEFAULTS
 from ..partition.plan import PartitionPlan
 from .base import Design
 
@@ -44,8 +45,8 @@ class VirtualPipelined(Design):
         dtype=np.float32,
         *,
         ps: int | None = None,
-        dist: int = 4,
-        wpb: int = 4,
+        dist: int = DEFAULTS.dist,
+        wpb: int = DEFAULTS.wpb,
     ):
         if comm is not None:
             raise ValueError("virtual PEs share one process: pass comm=None")
@@ -119,7 +120,7 @@ class VirtualDirect(VirtualPipelined):
     name = "direct"
     knobs = ("wpb",)
 
-    def __init__(self, plans, comm, dim, dtype=np.float32, *, wpb=4):
+    def __init__(self, plans, comm, dim, dtype=np.float32, *, wpb=DEFAULTS.wpb):
         widest = max(p.widest_row for p in plans)
         super().__init__(plans, comm, dim, dtype, ps=max(1, widest), dist=1, wpb=wpb)
 

@@ -9,11 +9,14 @@ their plans together, each holding O(N + E/P), never the whole graph.
 4. Each rank splits its rows into local/remote CSRs and neighbor partitions.
 
 The result equals ``build_plan(job_graph(graph, kind), P, ps, rank=r)`` bit for bit.
+``partition_file`` is the whole protocol of ``mgg partition FILE --distributed``: read the
+slices, build the plans, read the node rows, write the shards.
 ``comm`` is any mgg.comm.Comm (allreduce, allgather, alltoallv); nothing here imports it.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numba
@@ -27,26 +30,29 @@ from ..graph.core import (
     check_gcn_weights,
     index_dtype,
 )
-from ..graph.formats.slices import EdgeSlice
+from ..graph.dataset import check_train_selects
+from ..graph.formats.slices import EdgeSlice, read_edge_slice, read_node_rows, source_checksum
+from ..knobs import DEFAULTS, Knobs, check_value
+from ..progress import progress
 from .node_split import node_split, owner_of
-from .plan import PartitionPlan, _rank_plan
+from .plan import PartitionPlan, _rank_plan, plan_stats
+from .shards import begin, commit, node_info, plan_info, write_shard
 
 
 def build_plan_distributed(
     part: EdgeSlice,
     comm,
-    ps: int = 16,
+    ps: int = DEFAULTS.ps,
     *,
     kind: str = "as_is",
-    mode: str = "edges",
+    split: str = DEFAULTS.split,
     transposed: bool = True,
 ) -> PartitionPlan:
     """This rank's plan of ``job_graph(graph, kind)``, where the graph is the
     concatenation of every rank's ``part`` in rank order. Collective."""
     if kind not in GRAPH_KINDS:
         raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
-    if int(ps) != ps or ps < 1:
-        raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
+    ps = check_value("ps", ps)
     rank, size = comm.rank, comm.size
     facts = comm.allgather(
         (
@@ -80,7 +86,7 @@ def build_plan_distributed(
     np.cumsum(counts, out=indptr[1:])
     num_edges = int(indptr[-1])
     del counts
-    bounds = node_split(indptr, size, mode)
+    bounds = node_split(indptr, size, split)
     del indptr
     lb, ub = int(bounds[rank]), int(bounds[rank + 1])
 
@@ -257,3 +263,63 @@ def _rows_equal(a, b) -> bool:
     rows = np.repeat(np.arange(pa.size - 1), np.diff(pa))
     oa, ob = np.lexsort((wa, ia, rows)), np.lexsort((wb, ib, rows))
     return np.array_equal(wa[oa], wb[ob])
+
+
+def partition_file(
+    path: str,
+    comm,
+    *,
+    kind: str,
+    knobs: Knobs = DEFAULTS,
+    transposed: bool = True,
+    out=None,
+    force: bool = False,
+    seed: int = 0,
+) -> tuple[dict, list[dict]]:
+    """The sharding protocol of ``mggrun -np P mgg partition FILE --distributed``,
+    collective: every rank reads its slice of ``path`` (an edge list, MGG binary CSR or
+    .npz), the ranks build their plans of ``job_graph(graph, kind)`` together (cut with
+    ``knobs.ps`` and ``knobs.split``), each reads its node rows, and with ``out`` each
+    writes its shard and rank 0 commits the sharded dataset.
+
+    returns (the partition's facts: plan_stats plus graph, kind, load/plan/write seconds
+    and out; every rank's plan stats), the same on every rank
+    """
+    bar = progress(total=4 if out else 3, desc="partition")
+    with bar:
+        bar.set_postfix_str("read slices")
+        t0 = time.perf_counter()
+        part = read_edge_slice(path, comm.rank, comm.size)
+        load_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
+        source_edges = int(comm.allreduce(np.array([len(part.src)]), "sum")[0])
+        bar.update()
+        bar.set_postfix_str("exchange edges, build plans")
+        t0 = time.perf_counter()
+        plan = build_plan_distributed(
+            part, comm, knobs.ps, kind=kind, split=knobs.split, transposed=transposed
+        )
+        del part
+        plan_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
+        bar.update()
+        bar.set_postfix_str("node data")
+        stats = comm.allgather(plan.stats())
+        rows = read_node_rows(path, plan.lb, plan.ub, seed)
+        if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
+            check_train_selects(path, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
+        facts = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}
+        facts["load_seconds"] = load_s
+        bar.update()
+        if out:
+            bar.set_postfix_str("write shards")
+            t0 = time.perf_counter()
+            tmp, run = comm.bcast(begin(out, force) if comm.rank == 0 else None)
+            tables = comm.gather(write_shard(tmp, run, plan, rows))
+            infos = comm.gather(plan_info(plan))
+            if comm.rank == 0:
+                source = {**source_checksum(path), "num_edges": source_edges}
+                info = {"graph_kind": kind, "source": source, **node_info(rows)}
+                commit(out, tmp, run, infos, tables, info, force)
+            comm.barrier()
+            facts.update(out=str(out), write_seconds=time.perf_counter() - t0)
+            bar.update()
+    return facts, stats

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 
-MODES = ("edges", "nodes", "mixed")
+from ..knobs import DEFAULTS, check_value
 
 
-def node_split(indptr, num_ranks: int, mode: str = "edges") -> np.ndarray:
+def node_split(indptr, num_ranks: int, split: str = DEFAULTS.split) -> np.ndarray:
     """Cut nodes into ``num_ranks`` contiguous ranges.
 
     indptr  int [N+1] CSR row pointer (in-edges per node)
     returns int64 [P+1] bounds; rank r owns nodes [bounds[r], bounds[r+1]).
 
-    ``mode="edges"`` is Algorithm 1: split point s is found by a binary search over
+    ``split="edges"`` is Algorithm 1: split point s is found by a binary search over
     indptr constrained to start at split point s-1, for the position nearest to
     s*E/P edges, so every rank holds E/P edges within one max in-degree. Among positions
     with the same edge count (runs of zero-degree nodes) it picks the one nearest to
     s*N/P, so isolated nodes are spread too. A graph with no edges, and
-    ``mode="nodes"``, split by node count. ``mode="mixed"`` balances the sum of a rank's
+    ``split="nodes"``, split by node count. ``split="mixed"`` balances the sum of a rank's
     share of the edges and its share of the nodes: what training wants, whose dense
     layers cost per node (ego_twitter's edge split gives one of two ranks 72% of the
     nodes). More ranks than nodes leaves ranks empty.
@@ -28,8 +28,7 @@ def node_split(indptr, num_ranks: int, mode: str = "edges") -> np.ndarray:
         raise ValueError(f"indptr must be a non-empty 1-D array, got shape {indptr.shape}")
     if int(num_ranks) != num_ranks or num_ranks < 1:
         raise ValueError(f"num_ranks must be a positive integer, got {num_ranks}")
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = check_value("split", split)
     p = int(num_ranks)
     n = indptr.size - 1
     e = int(indptr[-1])

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..graph.core import Graph
+from ..knobs import DEFAULTS, check_value
 from ..progress import progress
 from .edge_split import RankEdges, column_slice, edge_split
 from .neighbor_split import neighbor_split
@@ -254,25 +255,25 @@ def plan_from_arrays(rank, bounds, ps, num_edges, symmetric, arrays: dict) -> Pa
 def build_plan(
     graph: Graph,
     num_ranks: int,
-    ps: int = 16,
+    ps: int = DEFAULTS.ps,
     *,
     rank: int | None = None,
-    mode: str = "edges",
+    split: str = DEFAULTS.split,
     transposed: bool = True,
     progress_bar=None,
 ):
     """Partition ``graph`` for ``num_ranks`` ranks.
 
     Returns a list of P PartitionPlans, or the one plan of ``rank`` when given (what an
-    SPMD rank builds: only its own share, O(E) reads and O(E/P) writes).
+    SPMD rank builds: only its own share, O(E) reads and O(E/P) writes). ``split``: how
+    nodes are cut into ranks (node_split).
     ``transposed`` also builds the plans of the transposed graph (for backward passes);
     a graph flagged symmetric reuses the forward plan.
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"build_plan needs a Graph, got {type(graph).__name__}")
-    if int(ps) != ps or ps < 1:
-        raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
-    bounds = node_split(graph.indptr, num_ranks, mode)
+    ps = check_value("ps", ps)
+    bounds = node_split(graph.indptr, num_ranks, split)
     p = bounds.size - 1
     if rank is not None and not 0 <= rank < p:
         raise ValueError(f"rank {rank} is outside [0, {p})")
@@ -331,7 +332,7 @@ def plan_stats(plans: list, plan_seconds: float | None = None) -> dict:
         "halo_rows_per_peer": [q["halo_rows_per_peer"] for q in st],
         "lnp": int(sum(q["lnp"] for q in st)),
         "rnp": int(sum(q["rnp"] for q in st)),
-        "fingerprints": [q["digest"] for q in st],
+        "digests": [q["digest"] for q in st],
     }
     if plan_seconds is not None:
         out["plan_seconds"] = plan_seconds

@@ -7,7 +7,7 @@ rank), ``sync_gradients`` for any torch.optim optimizer, and the registered mode
 """
 
 from .layers import MLP, BatchNorm, GATConv, GCNConv, GINConv, SAGEConv, edge_softmax
-from .models import GAT, GCN, GIN, MODELS, SAGE, build_model
+from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .ops import (
     SparseRows,
     aggregate,
@@ -51,4 +51,5 @@ __all__ = [
     "GAT",
     "MODELS",
     "build_model",
+    "graph_kind",
 ]

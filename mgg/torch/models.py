@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..graph.core import GRAPH_KINDS
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv
 from .ops import dropout
 
@@ -155,6 +156,19 @@ MODELS = {
         GAT, hidden=8, layers=2, dropout=0.6, lr=0.005, weight_decay=5e-4, heads=8, edge_floats=10
     ),
 }
+
+
+def graph_kind(model: str) -> str:
+    """The graph kind (mgg.graph.core.GRAPH_KINDS) a registered model's layers expect, or
+    a graph kind itself."""
+    if model in MODELS:
+        return MODELS[model].cls.graph
+    if model in GRAPH_KINDS:
+        return model
+    raise ValueError(
+        f"unknown model {model!r}; choose one of {', '.join(MODELS)} "
+        f"(or a graph kind: {', '.join(GRAPH_KINDS)})"
+    )
 
 
 def build_model(

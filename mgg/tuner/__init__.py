@@ -1,4 +1,5 @@
-"""The tuner: MGG's analytical model and cross-iteration search over (ps, dist, wpb)."""
+"""The tuner: MGG's analytical model and cross-iteration search over (ps, dist, wpb), and
+the one driver that `mgg tune` and the Trainer run (its search space: mgg.knobs.space)."""
 
 from ..kernels.cuda.occupancy import (
     KNOWN_GPUS,
@@ -10,7 +11,8 @@ from ..kernels.cuda.occupancy import (
     live_gpu,
     smem_bytes,
 )
-from .model import cpu_device, default_space, estimate_cpu, rank_configs
+from .driver import Tuned, drive
+from .model import cpu_device, estimate_cpu, rank_configs
 from .search import (
     Protocol,
     SearchResult,
@@ -33,7 +35,8 @@ __all__ = [
     "estimate",
     "estimate_cpu",
     "rank_configs",
-    "default_space",
+    "drive",
+    "Tuned",
     "search",
     "choose_window",
     "exhaustive",

@@ -8,6 +8,7 @@ threads (the CPU's counterpart of wpb: workers per rank).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -37,31 +38,18 @@ def estimate_cpu(ps: int, dist: int, threads: int, work: Workload, dev: Device) 
 def rank_configs(space, work: Workload, dev: Device, mode: str = "get"):
     """Every configuration of the space, feasible ones first by estimated latency.
 
-    space: {'ps': [...], 'dist': [...], 'wpb' or 'threads': [...]}
+    space: {'ps': [...], 'dist': [...], 'wpb' (GPU) or 'threads' (CPU): [...]}, as
+    mgg.knobs.space gives it
     returns [(config dict, Estimate)]
     """
-    third = "threads" if dev.kind == "cpu" else "wpb"
     out = []
-    for ps in space["ps"]:
-        for dist in space["dist"]:
-            for t in space[third]:
-                est = (
-                    estimate_cpu(ps, dist, t, work, dev)
-                    if dev.kind == "cpu"
-                    else estimate(ps, dist, t, work, dev, mode)
-                )
-                out.append(({"ps": ps, "dist": dist, third: t}, est))
+    for values in itertools.product(*space.values()):
+        cfg = dict(zip(space, values, strict=True))
+        est = (
+            estimate_cpu(cfg["ps"], cfg["dist"], cfg["threads"], work, dev)
+            if dev.kind == "cpu"
+            else estimate(cfg["ps"], cfg["dist"], cfg["wpb"], work, dev, mode)
+        )
+        out.append((cfg, est))
     out.sort(key=lambda ce: (not ce[1].feasible, ce[1].latency))
     return out
-
-
-def default_space(dev: Device) -> dict:
-    """The paper's ranges as powers of two: ps in 1..32, dist in 1..16, wpb in 1..16."""
-    pw = [1, 2, 4, 8, 16]
-    if dev.kind == "cpu":
-        return {
-            "ps": [1, 2, 4, 8, 16, 32, 64, 128],
-            "dist": pw,
-            "threads": [t for t in (1, 2, 4, 8, 16, 32, 64) if t <= dev.sms],
-        }
-    return {"ps": pw + [32], "dist": pw, "wpb": pw}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph.formats import atomic_write
+from ..atomic import atomic_write
 
 
 def heatmaps(space, table, best, path, title):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import os
 
+from ...atomic import atomic_write
 from ..core import Graph, GraphError
 from ..dataset import Dataset
-from ._common import BEG_SUFFIX, CSR_SUFFIX, atomic_write, check_folder, make_folder, stem
+from ._common import BEG_SUFFIX, CSR_SUFFIX, stem
 from .edgelist import read_edgelist, write_edgelist
 from .metis import read_metis, write_metis
 from .mgg_bin import _mgg_paths, read_mgg_bin, write_mgg_bin
@@ -40,9 +41,6 @@ __all__ = [
     "write_graph",
     "dropped_on_write",
     "format_name",
-    "atomic_write",
-    "check_folder",
-    "make_folder",
 ]
 
 FORMAT_NAMES = {

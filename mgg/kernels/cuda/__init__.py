@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
 from ..reference import check_edge_weights
 from .occupancy import WARP, Device, Workload, estimate, live_gpu
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
-MODES = ("p2p", "get")
 
 
 def nvshmem_home() -> str | None:
@@ -36,8 +36,8 @@ def nvshmem_home() -> str | None:
 
 def compile_options(weighted: bool, mode: str) -> tuple[str, ...]:
     """nvcc/NVRTC options for one kernel variant."""
-    if mode not in MODES:
-        raise ValueError(f"remote mode must be one of {MODES}, got {mode!r}")
+    if mode not in REMOTES:
+        raise ValueError(f"remote mode must be one of {', '.join(REMOTES)}, got {mode!r}")
     opts = (
         "-std=c++17",
         f"-DMGG_WEIGHTED={int(weighted)}",
@@ -267,8 +267,8 @@ def aggregate_halo(
     op: str,
     eps: float = 0.0,
     *,
-    dist: int = 4,
-    wpb: int = 4,
+    dist: int = DEFAULTS.dist,
+    wpb: int = DEFAULTS.wpb,
     out=None,
     weights=None,
 ):

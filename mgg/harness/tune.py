@@ -1,49 +1,25 @@
-"""``mgg tune``: the tuner's search over (ps, dist, wpb or threads) on one graph and
-width; each sample one aggregation timed as the check harness times one (mgg.designs.check),
-the sampling decided by the tuner's protocol (mgg.tuner.search)."""
+"""``mgg tune``: the tuner's driver (mgg.tuner.drive) on one graph and width, each sample
+one aggregation on designs built for it alone, timed as the check harness times one
+(mgg.harness.timing); then, optionally, the whole grid and a confirmation round."""
 
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+from ..atomic import atomic_write, make_folder
 from ..backend import assign, get_backend
-from ..designs import knobs_for
-from ..designs.check import sharded_plan, time_round_robin
+from ..errors import InputError
 from ..graph.dataset import Dataset, random_features
-from ..graph.formats import atomic_write, make_folder
+from ..knobs import DEFAULTS, TUNABLE, Knobs
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
-from .model import Workload, default_space, rank_configs
-from .search import (
-    Protocol,
-    choose_window,
-    confirm_medians,
-    exhaustive,
-    model_guess,
-    model_table,
-    search,
-)
-
-
-def fresh_sample(build, warm, call, cfg: dict):
-    """One sample of configuration ``cfg`` on a design built for it alone: ``build(cfg)``
-    (entered if it is a context manager), ``warm(design)`` untimed, then the seconds of
-    ``call(design)``. A design's speed varies from one allocation to the next (up to 15%
-    between builds on a busy CPU against 2% between calls of one build), so every sample
-    is of a new one and the medians average over allocations too."""
-    design = build(cfg)
-    ctx = hasattr(design, "__enter__")
-    if ctx:
-        design.__enter__()
-    try:
-        warm(design)
-        return call(design)
-    finally:
-        if ctx:
-            design.__exit__(None, None, None)
+from ..tuner import Protocol, Workload, drive
+from ..tuner.search import confirm_medians, exhaustive
+from .check import _WRITTEN, sharded_plan
+from .timing import fresh_sample, time_round_robin
 
 
 def tune(
@@ -53,6 +29,7 @@ def tune(
     *,
     dim: int = 16,
     op: str = "gcn",
+    knobs: Knobs = DEFAULTS,
     start: str = "model",
     protocol: Protocol | None = None,
     full_grid: bool = False,
@@ -60,8 +37,10 @@ def tune(
     confirm: int = 5,
     seed: int = 0,
 ) -> dict:
-    """Search the default space of this backend's device with the tuner's protocol
-    (mgg.tuner.search); collective, every rank takes the same decisions.
+    """Search this backend's device's space (mgg.knobs.space) for the pipelined design
+    with the tuner's driver; collective, every rank takes the same decisions. ``knobs``:
+    the job's fixed knobs (split, remote; a window fixes it, else one is chosen where the
+    job has a choice) and the point where the search's default is.
 
     start 'model' (the analytical model's guess, its ranking ordering the moves) or
     'origin' (the paper's (1, 1, 1), moves knob by knob); full_grid also measures every
@@ -70,27 +49,33 @@ def tune(
     the tuned (and the grid's best) configurations round-robin, and the ratios use those.
 
     returns the search's JSON (best, trace, samples, noise, confidence, ...) plus space,
-    default, model_guess, confirmed latencies, and with full_grid "exhaustive_best",
-    "exhaustive_best_latency_s", "exhaustive_measured", "vs_exhaustive" (confirmed tuned
-    / confirmed grid best) and "model_guess_vs_exhaustive"; the measured medians (config
-    tuple -> seconds) under "table"
+    default, model_guess, window, confirmed latencies, "knobs" (the tuned knobs' JSON, as
+    --config takes it), and with full_grid "exhaustive_best", "exhaustive_best_latency_s",
+    "exhaustive_measured", "vs_exhaustive" (confirmed tuned / confirmed grid best) and
+    "model_guess_vs_exhaustive"; the measured medians (config tuple -> seconds) under
+    "table"
     """
     import numba
 
     backend = get_backend(backend)
+    cls = backend.design("pipelined")
+    knobs.check_taken(backend.takes(cls), backend.job("pipelined"))
     protocol = protocol or Protocol()
     if isinstance(dataset, ShardedDataset):
-        base = sharded_plan(dataset, comm, op == "gcn").with_ps(16)
+        if "split" in knobs.given:
+            raise InputError(f"{dataset.path}: {_WRITTEN}")
+        base = sharded_plan(dataset, comm, op == "gcn")
     else:
         g = dataset.graph.gcn_norm() if op == "gcn" else dataset.graph
-        base = build_plan(g, comm.size, 16, rank=comm.rank, transposed=False)
+        base = build_plan(
+            g, comm.size, knobs.ps, rank=comm.rank, split=knobs.split, transposed=False
+        )
     x = random_features(seed, base.lb, base.ub, dim)
     dev = backend.device()
-    space = default_space(dev)
-    cls = backend.design("pipelined")
 
     def build(cfg):
-        return cls(base.with_ps(cfg["ps"]), comm, dim, **knobs_for(cls, cfg))
+        these = replace(knobs, **{k: v for k, v in cfg.items() if k != "threads"})
+        return cls(base.with_ps(cfg["ps"]), comm, dim, **these.options(cls.knobs))
 
     def warm(agg):
         assign(agg.x, x)
@@ -99,46 +84,48 @@ def tune(
     def timed(agg):  # the slowest rank's seconds: every rank sees the same number
         return time_round_robin({"agg": lambda: agg(op)}, comm, 1, backend.sync)["agg"][0]
 
-    window = {}  # the window chosen across nodes, added to every sample's knobs
+    chosen = {}  # the window the driver chose, in every sample after its search
 
     def measure(cfg):
         if "threads" in cfg:
             numba.set_num_threads(cfg["threads"])
-        return fresh_sample(build, warm, timed, {**cfg, **window})
+        return fresh_sample(build, warm, timed, {**cfg, **chosen})
 
-    ranked = rank_configs(space, Workload.of(base, dim), dev, "p2p" if backend.gpu else "get")
-    guess = model_guess(ranked)
-    third = list(space)[2]
-    default = {"ps": 16, "dist": 4, third: 4 if backend.gpu else max(space[third])}
     t0 = time.perf_counter()
-    choices = cls.window_choices(comm)
-    picked, window_latency = choose_window(choices, default, measure, protocol.min_samples)
-    if picked:
-        window["window"] = picked
-    if start == "model":
-        res = search(space, measure, model=model_table(ranked), protocol=protocol)
-    else:
-        res = search(space, measure, protocol=protocol)
+    fixed_window = knobs.window is not None or backend.gpu
+    tuned = drive(
+        measure,
+        device=dev,
+        work=Workload.of(base, dim),
+        mode="p2p" if backend.gpu else "get",
+        knobs=knobs,
+        windows=() if fixed_window else cls.window_choices(comm),
+        start=start,
+        protocol=protocol,
+    )
+    res, default, guess = tuned.result, tuned.default, tuned.model_guess
+    window = tuned.window or (None if backend.gpu else knobs.window or comm.window)
     result = {
         "graph": dataset.name,
         "np": comm.size,
         "dim": dim,
         "op": op,
         "backend": backend.name,
-        "space": space,
         "protocol": asdict(protocol),
-        "window": picked or (None if backend.gpu else comm.window),
-        "window_latency_s": window_latency,
-        **res.to_json(),
+        "window": window,
+        **tuned.to_json(),
         "search_seconds": time.perf_counter() - t0,
-        "model_guess": guess,
-        "default": default,
+        "knobs": replace(knobs, **res.best, window=window).to_json(
+            k for k in TUNABLE if k in backend.takes(cls)
+        ),
     }
+    if tuned.window:
+        chosen["window"] = tuned.window
     table = res.table()
     contenders = {"start": res.start, "default": default, "model_guess": guess}
     contenders["tuned"] = res.best
     if full_grid:
-        grid = exhaustive(space, measure, grid_rounds)
+        grid = exhaustive(tuned.space, measure, grid_rounds)
         table = grid.table()
         result["exhaustive_best"] = grid.best
         result["exhaustive_best_latency_s"] = grid.best_latency
@@ -165,17 +152,18 @@ def report_folder(out) -> Path:
     return make_folder(out, "the trace and heatmaps")
 
 
-def write_report(result: dict, out) -> tuple[Path, Path]:
-    """The trace JSON and the heatmaps (Fig. 10) of a tune() result in folder ``out``, each
-    written atomically."""
-    from .plot import heatmaps
+def write_report(result: dict, out) -> tuple[Path, Path, Path]:
+    """The trace JSON, the tuned knobs (STEM-knobs.json, what ``--config`` takes) and the
+    heatmaps (Fig. 10) of a tune() result in folder ``out``, each written atomically."""
+    from ..tuner.plot import heatmaps
 
     out = report_folder(out)
     stem = f"{result['graph']}-P{result['np']}-D{result['dim']}"
-    trace = out / f"{stem}-trace.json"
+    trace, knobs = out / f"{stem}-trace.json", out / f"{stem}-knobs.json"
     text = json.dumps({k: v for k, v in result.items() if k != "table"}, indent=1)
-    with atomic_write(trace) as tmp:
+    with atomic_write(trace, knobs) as (tmp, tmp_knobs):
         Path(tmp).write_text(text)
+        Path(tmp_knobs).write_text(json.dumps(result["knobs"]) + "\n")
     png = heatmaps(
         result["space"],
         result["table"],
@@ -183,4 +171,4 @@ def write_report(result: dict, out) -> tuple[Path, Path]:
         out / f"{stem}.png",
         f"{result['graph']}, P={result['np']}, D={result['dim']}",
     )
-    return trace, Path(png)
+    return trace, knobs, Path(png)

@@ -1,55 +1,26 @@
-"""The check harness: verify designs against the scipy oracle and time them round-robin.
-
-One measurement protocol for everything that times a collective call (``mgg check``,
-``mgg tune``, the Trainer's tuning, bench/): every rank enters each call together
-(barrier), the device is synchronized before the clock stops, and a call's time is the
-slowest rank's, so every rank sees the same numbers and takes the same decisions.
-"""
+"""The check harness (``mgg check``): verify designs against the scipy oracle and time
+them round-robin (mgg.harness.timing)."""
 
 from __future__ import annotations
 
-import time
+from dataclasses import replace
 
 import numpy as np
 
 from ..arrays import to_host
+from ..atomic import atomic_write, make_folder
 from ..backend import assign, get_backend
+from ..errors import InputError
 from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
-from ..graph.formats import atomic_write, make_folder
 from ..kernels import OPS, reference
+from ..knobs import DEFAULTS, Knobs
 from ..partition import PartitionPlan, build_plan
 from ..partition.shards import ShardedDataset
-from . import knobs_for
+from .timing import time_round_robin
 
 TOLERANCE = 1e-5  # max |got - scipy| / max(1, max |scipy|)
 EPS = 0.1  # GIN's eps in checks
-
-
-def slowest(comm, seconds) -> np.ndarray:
-    """Per call, the slowest rank's seconds (collective)."""
-    seconds = np.asarray(seconds, np.float64)
-    return seconds if comm is None or comm.size == 1 else comm.allreduce(seconds, "max")
-
-
-def time_round_robin(calls: dict, comm=None, repeat: int = 5, sync=None) -> dict:
-    """{name: [seconds per repeat]}: every call timed ``repeat`` times, round-robin so
-    that they share the machine's noise, each round starting one call further on (a call
-    after one that thrashes the caches, as direct gets do, is slower); collective."""
-    times = {name: [] for name in calls}
-    names = list(calls)
-    for r in range(repeat if names else 0):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
-            fn = calls[name]
-            if comm is not None:
-                comm.barrier()
-            t0 = time.perf_counter()
-            fn()
-            if sync is not None:
-                sync()
-            times[name].append(time.perf_counter() - t0)
-    return {name: slowest(comm, t).tolist() for name, t in times.items()}
 
 
 def gather_rows(comm, out) -> np.ndarray | None:
@@ -63,11 +34,11 @@ def relative_error(got, want) -> float:
 
 
 def verify_and_time(
-    backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=None
+    backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=DEFAULTS
 ) -> tuple[list[dict], dict]:
-    """Set up the designs ``names`` of ``backend`` on this rank's ``plan``, write x [n, D]
-    and call each once, gather every output on rank 0 (compared with ref [N, D] there),
-    then time them round-robin. Collective.
+    """Set up the designs ``names`` of ``backend`` on this rank's ``plan`` (each with the
+    ``knobs`` it takes), write x [n, D] and call each once, gather every output on rank 0
+    (compared with ref [N, D] there), then time them round-robin. Collective.
 
     returns (runs: one dict per design, outputs: {name: [N, D]} on rank 0, {} elsewhere)
     """
@@ -76,7 +47,7 @@ def verify_and_time(
     try:
         for name in names:
             cls = backend.design(name)
-            designs[name] = cls(plan, comm, x.shape[1], **knobs_for(cls, knobs or {}))
+            designs[name] = cls(plan, comm, x.shape[1], **knobs.options(cls.knobs))
         outs, outputs, errors = {}, {}, {}
         for name, d in designs.items():
             assign(d.x, x)
@@ -122,19 +93,17 @@ def check(
     *,
     ops=OPS,
     names=None,
-    windows=("auto",),
+    knobs: Knobs = DEFAULTS,
+    every_window: bool = False,
     dim: int = 16,
-    ps: int = 16,
-    dist: int = 4,
-    mode: str | None = None,
     repeat: int = 5,
     seed: int = 0,
     outputs=None,
 ) -> dict:
-    """``mgg check``: every design of ``backend`` on every op (and MPI window: 'auto',
-    'shm', 'rma', 'msg', or 'all' of them this job can use; each design on the windows it
-    takes), each verified against scipy on rank 0 and timed. Features are
-    random_features(seed).
+    """``mgg check``: every design ``names`` (default all) of ``backend`` on every op,
+    each with the ``knobs`` it takes (its window: the knob's, or the design's default;
+    ``every_window``: each design on every window it takes that this job can use), each
+    verified against scipy on rank 0 and timed. Features are random_features(seed).
 
     returns {"graph", "np", "dim", "ps", "dist", "backend", "designs": {name: {ok,
     seconds, window}} (best window), "runs": [...]}; with ``outputs`` (a folder), rank 0
@@ -147,16 +116,22 @@ def check(
             f"unknown op or design {bad!r}; ops: {', '.join(OPS)}; "
             f"designs: {', '.join(backend.designs())}"
         )
-    every = not backend.gpu and "all" in windows  # each design on the windows it takes
+    knobs.check_taken(backend.takes(*names), backend.job(*names))
     if backend.gpu:
         windows = ["device"]
-    elif every:
+    elif every_window:
         windows = list(comm.windows)
-    else:  # auto (None): each design on its default (mgg.designs.cpu.CpuDesign)
-        windows = [None if w == "auto" else w for w in windows]
+    else:  # None: each design on its default (mgg.designs.cpu.CpuDesign)
+        windows = [knobs.window]
+    ps = knobs.ps
     shard_plan = graph_root = None
     if isinstance(dataset, ShardedDataset):
-        shard_plan = sharded_plan(dataset, comm, "gcn" in ops).with_ps(ps)
+        if "split" in knobs.given:
+            raise InputError(f"{dataset.path}: {_WRITTEN}")
+        shard_plan = sharded_plan(dataset, comm, "gcn" in ops)
+        if "ps" in knobs.given:
+            shard_plan = shard_plan.with_ps(ps)
+        ps = shard_plan.ps
         graph_root = _graph_on_root(comm, shard_plan)
     else:
         g0 = dataset.graph
@@ -166,7 +141,8 @@ def check(
         "np": comm.size,
         "dim": dim,
         "ps": ps,
-        "dist": dist,
+        "dist": knobs.dist,
+        "split": knobs.split,
         "backend": backend.name,
         "designs": {},
         "runs": [],
@@ -178,16 +154,18 @@ def check(
             g, plan = graph_root, shard_plan
         else:
             g = gcn_graph if op == "gcn" else g0
-            plan = build_plan(g, comm.size, ps, rank=comm.rank, transposed=False)
+            plan = build_plan(g, comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False)
         x = random_features(seed, plan.lb, plan.ub, dim)
         ref = None
         if comm.rank == 0:
             ref = reference.aggregate(g, random_features(seed, 0, g.num_nodes, dim), op, eps=EPS)
         for window in windows:
-            knobs = {"dist": dist, "mode": mode, "window": None if backend.gpu else window}
-            takes = [n for n in names if window in backend.design(n).windows] if every else names
+            these = knobs if backend.gpu else replace(knobs, window=window)
+            takes = names
+            if every_window:
+                takes = [n for n in names if window in backend.design(n).windows]
             runs, outs = verify_and_time(
-                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=knobs
+                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=these
             )
             for run in runs:
                 run.setdefault("window", window)  # the one the design used
@@ -204,6 +182,12 @@ def check(
                     with atomic_write(outputs / name) as tmp:
                         np.save(tmp, outs[run["design"]])
     return result
+
+
+_WRITTEN = (
+    "a sharded dataset was split into ranks when it was written (mgg partition --split); "
+    "--split does not apply to it"
+)
 
 
 def sharded_plan(dataset: ShardedDataset, comm, weighted: bool) -> PartitionPlan:

@@ -1,0 +1,121 @@
+"""`mgg` command line: `mgg info | partition | check | tune | train | demo | convert`.
+
+Thin: parse, resolve the backend, comm and dataset, call the library, print. One module
+per command (its flags: ``add``, its run: ``main``), what they share in ``common``. Every
+subcommand that reports results takes ``--json`` and then prints its result as one JSON
+object on the last line of stdout. Errors print one line and exit 2; in a multi-rank job
+a failing rank takes the whole job down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from . import check, convert, demo, info, partition, train, tune
+from .common import INPUTS
+
+COMMANDS = (info, partition, check, tune, train, demo, convert)
+GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mgg", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command")
+    for command in COMMANDS:
+        s = command.add(sub)
+        s.set_defaults(func=command.main)
+    return p
+
+
+def main(argv=None) -> int:
+    p = parser()
+    args = p.parse_args(argv)
+    if not getattr(args, "func", None):
+        p.print_help()
+        return 2
+    return run(args)
+
+
+# ---- the abort policy ----------------------------------------------------------------------
+def run(args) -> int:
+    """Run ``args.func(args)``: errors print one line and exit 2, from one rank (rank 0's
+    abort ends the job); Ctrl-C exits 130 without a traceback."""
+    from ..comm import abort_job, finalize, job_rank
+    from ..errors import GraphError, MggError
+
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupt_hook(args.command)
+    try:
+        code = args.func(args) or 0
+        finalize()  # NVSHMEM, where the command used it
+        return code
+    except KeyboardInterrupt:
+        return _interrupted(args.command)
+    except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
+        msg = _message(e)
+        if isinstance(e, GraphError) and INPUTS and INPUTS[-1] not in msg:
+            msg = f"{INPUTS[-1]}: {msg}"  # found past the reader: name the input anyway
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in GPU_PACKAGES:
+            raise
+        msg = (
+            f"{e}: the cuda backend needs the gpu extra "
+            "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)"
+        )
+    finally:
+        sys.unraisablehook = previous_hook
+    if job_rank() > 0:  # every rank usually hits the same error: let rank 0's abort end
+        from ..comm.mpi import ABORT_GRACE_SECONDS  # this one before it repeats it
+
+        time.sleep(ABORT_GRACE_SECONDS + 0.5)
+    print(f"mgg {args.command}: error: {msg}", file=sys.stderr)
+    sys.stderr.flush()
+    abort_job(2)
+    return 2
+
+
+def _interrupt_hook(command: str):
+    """An unraisable-exception hook: Python only reports a Ctrl-C that lands in a __del__
+    (numba's compiler has many), so act on it here."""
+    default = sys.unraisablehook
+
+    def hook(u):
+        if issubclass(u.exc_type, KeyboardInterrupt):
+            _interrupted(command, exit_now=True)
+        default(u)
+
+    return hook
+
+
+def _interrupted(command: str, exit_now: bool = False) -> int:
+    """Ctrl-C: no traceback, exit code 130, and one line, from rank 0 (under mggrun from
+    mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank aborts
+    the job, skipping MPI_Finalize (which could wait on a peer still inside a collective);
+    an abort, unlike a bare exit, ends the others without mpiexec's failure banner."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = os.environ
+    if env.get("MGG_LAUNCHER") != "mggrun" and int(env.get("PMI_RANK") or 0) == 0:
+        print(f"mgg {command}: interrupted", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if exit_now or int(env.get("MGG_SIZE") or env.get("PMI_SIZE") or 1) > 1:
+        from ..comm import abort_job
+
+        abort_job(130)
+        os._exit(130)
+    return 130
+
+
+def _message(e: BaseException) -> str:
+    """One line: the error's text, or for an OSError without one its strerror and file."""
+    if isinstance(e, OSError) and e.filename is not None and not isinstance(e, MemoryError):
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__
+
+
+if __name__ == "__main__":
+    sys.exit(main())

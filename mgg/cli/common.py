@@ -1,0 +1,207 @@
+"""What every `mgg` command shares: the graph and knob flags, the argparse types, opening
+a dataset, and the output (tables for people, one JSON object on the last line for
+``--json``)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+from ..knobs import SPECS, KnobError, Knobs, check_value, flag, flag_help
+
+GRAPH = (
+    "a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or a generator spec: "
+    "reddit|enwiki|products|proteins|orkut[:scale=S], rmat:scale=K,ef=F, planted:nodes=N,classes=C"
+)
+SHARDED = "; or a sharded dataset folder written by mgg partition --out"
+CONFIG = (
+    'knobs as JSON, e.g. \'{"ps": 32, "dist": 4}\', or a file holding them (mgg tune '
+    "--out writes one); a flag given too must agree"
+)
+
+INPUTS: list[str] = []  # the graphs this command opened, for its error messages
+
+
+# ---- flags ---------------------------------------------------------------------------------
+def graph_args(s) -> None:
+    s.add_argument("graph", help=GRAPH + SHARDED)
+    s.add_argument("--scale", type=number(0), default=None, help="scale factor for stand-ins")
+    s.add_argument("--seed", type=integer(0), default=0)
+
+
+def knob_args(s, names, extra: dict | None = None) -> None:
+    """A flag per knob of ``names`` (mgg.knobs: help, values, default), None when not
+    given; ``extra``: {knob: (value, what it means)} a command adds to a knob's values."""
+    extra = extra or {}
+    for name in names:
+        more = dict([extra[name]]) if name in extra else {}
+        text = flag_help(name) + "".join(f"; {v}: {what}" for v, what in more.items())
+        s.add_argument(flag(name), type=knob_type(name, tuple(more)), default=None, help=text)
+
+
+def knob_type(name: str, extra=()):
+    """argparse type: a knob's value from its flag's text (``extra``: more words)."""
+
+    def parse(text: str):
+        if text in extra:
+            return text
+        try:
+            return check_value(name, text, text=True, label="")
+        except KnobError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+class Renamed(argparse.Action):
+    """A flag's old spelling: takes its value (checked as the new flag's) with a warning."""
+
+    def __init__(self, option_strings, dest, new: str, **kw):
+        self.new = new
+        super().__init__(option_strings, dest, help=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        print(
+            f"{parser.prog}: warning: {option_string} is deprecated: it is {self.new} now",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, value)
+
+
+def renamed(s, old: str, knob: str, extra=()) -> None:
+    """Keep ``old`` as a deprecated alias of knob ``knob``'s flag."""
+    s.add_argument(old, dest=knob, action=Renamed, new=flag(knob), type=knob_type(knob, extra))
+
+
+def knobs_of(args, takes, job: str) -> Knobs:
+    """The command's Knobs from its knob flags and ``--config`` (where it has one), each
+    refused where it entered unless ``job`` takes it (``takes``: mgg.backend.takes)."""
+    given = {k: getattr(args, k) for k in SPECS if getattr(args, k, None) is not None}
+    knobs = Knobs.parse(given, takes=takes, job=job, label=flag)
+    config = getattr(args, "config", None)
+    if config is None:
+        return knobs
+    tuned = Knobs.from_json(config, takes=takes, job=job)
+    for k in sorted(tuned.given & knobs.given):
+        if getattr(tuned, k) != getattr(knobs, k):
+            raise KnobError(
+                f"{flag(k)} {getattr(knobs, k)} and --config's {k} {getattr(tuned, k)} "
+                "disagree: give one of them"
+            )
+    return Knobs.parse({k: getattr(tuned, k) for k in tuned.given}, base=knobs)
+
+
+def config(text: str) -> dict:
+    """argparse type of --config: a JSON object, inline or in a file (checked as knobs by
+    knobs_of, which knows the job)."""
+    source = text
+    if not text.lstrip().startswith(("{", "[")):
+        if not os.path.isfile(text):
+            raise argparse.ArgumentTypeError(
+                f"{text}: neither a JSON object nor a file holding one"
+            )
+        try:
+            with open(text) as f:
+                text = f.read()
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"{source}: {e.strerror or e}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        where = "" if source == text else f"{source}: "
+        raise argparse.ArgumentTypeError(
+            f"{where}not JSON ({e.msg}, column {e.colno}): {text[:80]}"
+        ) from None
+
+
+def integer(low: int):
+    """argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def number(low: float, open_low: bool = True):
+    """argparse type: a finite number > low (>= low when not open_low)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text[:40]!r}") from None
+        if not np.isfinite(value) or value < low or (open_low and value == low):
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number {'>' if open_low else '>='} {low:g}, got {text}"
+            )
+        return value
+
+    return parse
+
+
+def fraction(text: str) -> float:
+    """argparse type: a probability in [0, 1)."""
+    value = number(0, open_low=False)(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"must lie in [0, 1), got {text}")
+    return value
+
+
+# ---- inputs --------------------------------------------------------------------------------
+def open_dataset(spec: str, scale=None, seed: int = 0):
+    """A Dataset from a spec, or a ShardedDataset for a folder written by --out."""
+    from ..partition.shards import ShardedDataset, is_sharded
+
+    INPUTS.append(spec)
+    if is_sharded(spec):
+        return ShardedDataset(spec)
+    from ..graph.specs import resolve
+
+    return resolve(spec, scale=scale, seed=seed)
+
+
+def sizes(ds) -> tuple[int, int]:
+    """Nodes and edges of the dataset as read (a sharded one's plans add GCN's self loops)."""
+    g = getattr(ds, "graph", ds)
+    source = getattr(ds, "manifest", {}).get("source", {})
+    return g.num_nodes, source.get("num_edges", g.num_edges)
+
+
+# ---- output --------------------------------------------------------------------------------
+def quiet(args) -> bool:
+    """--json to a pipe: only the JSON line."""
+    return args.json and not sys.stdout.isatty()
+
+
+def emit(args, result: dict) -> None:
+    """The command's result as one JSON object on the last line, with --json."""
+    if args.json:
+        print(json.dumps(result))
+
+
+def format_table(rows, headers) -> str:
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(c) -> str:
+    if isinstance(c, float):
+        return f"{c:.4g}"
+    if isinstance(c, int | np.integer):
+        return f"{c:,}"
+    return str(c)

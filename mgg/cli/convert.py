@@ -1,0 +1,60 @@
+"""`mgg convert`: a graph or dataset from one file format into another."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from .common import emit, quiet
+
+IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
+OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
+
+
+def add(sub):
+    s = sub.add_parser("convert", help="convert a graph or dataset between file formats")
+    s.add_argument("input", help=IN)
+    s.add_argument("output", help=OUT)
+    s.add_argument("--json", action="store_true")
+    return s
+
+
+def main(args) -> int:
+    import warnings
+
+    from ..atomic import check_folder
+    from ..graph.formats import dropped_on_write, format_name, write_graph
+    from ..graph.specs import resolve
+
+    check_folder(args.output)
+    if all(map(os.path.exists, (args.input, args.output))) and os.path.samefile(
+        args.input, args.output
+    ):
+        raise ValueError(f"{args.output}: is the input itself: write to another path")
+    t0 = time.perf_counter()
+    ds = resolve(args.input)
+    lost = dropped_on_write(ds, args.output)
+    if lost:
+        print(
+            f"mgg convert: warning: {args.output} ({format_name(args.output)}) cannot hold "
+            f"the {', '.join(lost)} of {args.input}: dropped",
+            file=sys.stderr,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # what is dropped was reported above
+        write_graph(ds, args.output)
+    res = {
+        "in": args.input,
+        "out": args.output,
+        "num_nodes": ds.graph.num_nodes,
+        "num_edges": ds.graph.num_edges,
+        "seconds": time.perf_counter() - t0,
+    }
+    if not quiet(args):
+        print(
+            f"{args.input} -> {args.output} ({format_name(args.output)}): "
+            f"{res['num_nodes']:,} nodes, {res['num_edges']:,} edges in {res['seconds']:.2f} s"
+        )
+    emit(args, res)
+    return 0

@@ -1,0 +1,181 @@
+"""`mgg train`: full-graph training of a registered model (mgg.train), launched with
+mggrun; per-epoch progress, the final metrics, and ``--json``'s summary."""
+
+from __future__ import annotations
+
+import time
+
+from ..memory import peak_rss_mb
+from .common import (
+    CONFIG,
+    GRAPH,
+    SHARDED,
+    config,
+    emit,
+    fraction,
+    integer,
+    knob_args,
+    knobs_of,
+    number,
+    open_dataset,
+    quiet,
+    sizes,
+)
+
+KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote")
+MODEL = (
+    "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
+    "mgg.torch.MODELS"
+)
+
+
+def add(sub):
+    s = sub.add_parser("train", help="full-graph GCN/SAGE/GIN/GAT training (launch with mggrun)")
+    train_args(s)
+    return s
+
+
+def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
+    """The flags of `mgg train` (and of `mgg demo`, with its defaults)."""
+    s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH + SHARDED)
+    s.add_argument("--scale", type=number(0), default=None, help="scale factor for stand-ins")
+    s.add_argument("--model", default="gcn", help=MODEL)
+    s.add_argument("--epochs", type=integer(0), default=epochs, help="0: only evaluate")
+    s.add_argument("--seed", type=integer(0), default=0)
+    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    s.add_argument("--hidden", type=integer(1), default=None, help="default: the model's")
+    s.add_argument("--layers", type=integer(1), default=None, help="default: the model's")
+    s.add_argument(
+        "--heads", type=integer(1), default=None, help="attention heads (gat; default 8)"
+    )
+    s.add_argument(
+        "--input-dropout", type=fraction, default=None, help="on the features (gin; default 0.9)"
+    )
+    s.add_argument("--dropout", type=fraction, default=None, help="default: the model's")
+    s.add_argument("--lr", type=number(0), default=None, help="default: the model's")
+    s.add_argument(
+        "--weight-decay",
+        type=number(0, open_low=False),
+        default=None,
+        help="L2, default the model's (5e-4)",
+    )
+    s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
+    s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
+    knob_args(s, KNOBS)
+    s.add_argument("--config", type=config, default=None, help=CONFIG)
+    s.add_argument("--tune", action="store_true", help="search ps, dist, ... in the first epochs")
+    s.add_argument("--eval-every", type=integer(0), default=eval_every, help="0: only at the end")
+    s.add_argument("--checkpoint-dir", default=None)
+    s.add_argument(
+        "--checkpoint-every", type=integer(0), default=0, help="epochs between checkpoints"
+    )
+    s.add_argument("--resume", default=None, help="a checkpoint file to continue from")
+    s.add_argument("--check-sync", action="store_true", help="check weights agree every step")
+    s.add_argument("--json", action="store_true")
+
+
+def main(args) -> int:
+    from ..arrays import is_sparse
+    from ..backend import get_backend
+    from ..memory import check_job
+    from ..torch import MODELS, build_model
+    from ..train import Trainer, build_optimizer, metric, prepare
+
+    backend = get_backend(args.backend)
+    design = backend.design(args.design).name  # an unknown design: refused before MPI
+    knobs = knobs_of(args, backend.takes(design), backend.job(design))
+    comm = backend.comm(knobs)  # first: a failing rank now aborts the job
+    lead = comm.rank == 0
+    if args.model not in MODELS:
+        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
+    spec = MODELS[args.model]
+    extra = {}
+    for option, model in (("heads", "gat"), ("input_dropout", "gin")):
+        if getattr(args, option) is not None:
+            if args.model != model:
+                raise ValueError(f"--{option.replace('_', '-')} is an option of --model {model}")
+            extra[option] = getattr(args, option)
+    t0 = time.perf_counter()
+    ds = open_dataset(args.dataset, args.scale, args.seed)
+    mem = check_job(ds, comm.size, "train", source=args.dataset, model=spec,
+                    hidden=args.hidden, layers=args.layers, heads=args.heads)  # fmt: skip
+    num_nodes, num_edges = sizes(ds)
+    dg, data = prepare(
+        ds,
+        comm,
+        args.model,
+        knobs=knobs,
+        seed=args.seed,
+        row_normalize=args.row_normalize,
+        design=design,
+        backend=backend,
+    )
+    setup_s = time.perf_counter() - t0
+    model = build_model(
+        args.model,
+        data.num_features,
+        data.num_classes,
+        hidden=args.hidden,
+        layers=args.layers,
+        dropout=args.dropout,
+        seed=args.seed,
+        **extra,
+    ).to(data.y.device)
+    opt = build_optimizer(
+        args.optimizer,
+        model,
+        spec.lr if args.lr is None else args.lr,
+        spec.weight_decay if args.weight_decay is None else args.weight_decay,
+    )
+    say = print if lead and not quiet(args) else None
+    if say:
+        say(
+            f"{ds.name}: {num_nodes:,} nodes, {num_edges:,} edges, "
+            f"{data.num_features} features{' (sparse)' if is_sparse(data.x) else ''}, "
+            f"{data.num_classes} classes; {args.model.upper()} on {comm.size} rank(s); "
+            f"setup {setup_s:.1f} s{'; ' + data.notes if data.notes else ''}"
+        )
+    trainer = Trainer(
+        dg,
+        data,
+        model,
+        opt,
+        tune=args.tune,
+        check_sync=args.check_sync,
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        eval_every=args.eval_every,
+        log=say,
+    )
+    if args.resume:
+        trainer.load_checkpoint(args.resume, epochs=args.epochs)
+        if say:
+            say(f"resumed from {args.resume} at epoch {trainer.epoch}")
+    trainer.fit(args.epochs)
+    summary = trainer.summary()
+    dg.free()
+    result = {
+        "model": args.model,
+        "dataset": ds.name,
+        "np": comm.size,
+        "epochs": args.epochs,
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "setup_s": setup_s,
+        **summary,
+        "notes": data.notes,
+        "peak_rss_mb": comm.allgather(peak_rss_mb()),
+        "memory_estimate_mb": mem,
+    }
+    if say:
+        peer, epoch = result["bytes_per_epoch"], result["epoch_time_s"]
+        say(
+            f"final: train {metric(result['train_acc'])}  val {metric(result['val_acc'])}  "
+            f"test {metric(result['test_acc'])}"
+            + (f"  ·  median epoch {epoch * 1e3:.1f} ms" if epoch is not None else "")
+            + (f"  ·  peer rows per epoch {peer / 1e6:.1f} MB" if peer is not None else "")
+        )
+    if lead:
+        emit(args, result)
+    return 0

@@ -1,0 +1,123 @@
+"""The house's rules, held to the code: imports run only downward through the layers
+docs/architecture.md writes down, and each knob's default is written once, in mgg/knobs.py."""
+
+import ast
+import re
+from pathlib import Path
+
+from mgg.knobs import SPECS
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "mgg"
+
+
+def layers() -> dict[str, int]:
+    """{top-level module of mgg: its layer}, from the block under '## Layers' in
+    docs/architecture.md (one line per layer, bottom first: 'N  name name ...')."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    block = text.split("\n## Layers", 1)[1].split("```", 2)[1]
+    out = {}
+    for line in block.splitlines():
+        m = re.match(r"\s*(\d+)\s+([\w ]+)$", line)
+        if m:
+            out.update({name: int(m.group(1)) for name in m.group(2).split()})
+    return out
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, name: str | None = None):
+    """(line, imported module) of every import of mgg in ``path`` (the module ``name``,
+    default its own), lazy ones too."""
+    name = name or module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == "mgg":  # from . import x: the submodule x, or a name of mgg's own
+                for alias in node.names:
+                    sub = PACKAGE / alias.name
+                    is_module = sub.is_dir() or sub.with_suffix(".py").exists()
+                    yield node.lineno, f"mgg.{alias.name}" if is_module else "mgg"
+            elif target.startswith("mgg."):
+                yield node.lineno, target
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("mgg."):
+                    yield node.lineno, alias.name
+
+
+def top(module: str) -> str:
+    """mgg.partition.plan -> partition; mgg itself (its __init__: process only) -> ''."""
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_every_module_has_a_layer_and_imports_only_downward():
+    layer = layers()
+    tops = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir()}
+    tops = {t for t in tops if t != "__init__" and t != "__pycache__" and not t.startswith(".")}
+    assert tops == set(layer), f"modules without a layer (or gone): {tops ^ set(layer)}"
+    layer[""] = 0
+    upward = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        src = module_name(path)
+        if src == "mgg":
+            continue
+        for line, target in imports(path):
+            a, b = top(src), top(target)
+            if layer[b] > layer[a]:
+                upward.append(f"{path.relative_to(ROOT)}:{line} {a} (layer {layer[a]}) -> {b}")
+    assert not upward, "imports running upward:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_sees_a_lazy_upward_import(tmp_path):
+    """A function-level import counts: partition importing train is upward."""
+    fake = tmp_path / "plan.py"
+    fake.write_text("def f():\n    from ..train import Trainer\n")
+    found = list(imports(fake, "mgg.partition.plan"))
+    assert found == [(2, "mgg.train")]
+    layer = layers()
+    assert layer["train"] > layer["partition"]
+
+
+def test_each_knob_default_is_written_once():
+    """Outside mgg/knobs.py, no parameter named after a knob has a literal default, and no
+    ``.get('ps', 16)`` or ``getattr(x, 'ps', 16)`` supplies one (None, 'auto', is fine)."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "knobs.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                pairs = list(zip(a.args[len(a.args) - len(a.defaults) :], a.defaults, strict=True))
+                pairs += [
+                    (k, d)
+                    for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)
+                    if d is not None
+                ]
+                for arg, default in pairs:
+                    if arg.arg in SPECS and _literal(default):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {arg.arg}=")
+            elif isinstance(node, ast.Call) and len(node.args) >= 2:
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                args = node.args[1:] if name == "getattr" else node.args
+                if name in ("get", "getattr", "setdefault") and len(args) >= 2:
+                    key, default = args[0], args[1]
+                    if isinstance(key, ast.Constant) and key.value in SPECS and _literal(default):
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno} {key.value}")
+    assert not found, "knob defaults written outside mgg/knobs.py:\n" + "\n".join(found)
+
+
+def _literal(node) -> bool:
+    """A literal default other than None (a kw-only argument without one has None)."""
+    return isinstance(node, ast.Constant) and node.value is not None
