@@ -142,14 +142,11 @@ def plot(rows, summary, path):
     xs = np.arange(len(rows))
     ax.bar(xs, [r["new_vs_old"] for r in rows], color="C0", label="new / old (median)")
     ax.errorbar(
-        xs, np.ones(len(rows)), yerr=[r["old_spread"] for r in rows], fmt="none", color="k",
-        lw=0.8, label="old's spread over rounds",
+        xs, np.ones(len(rows)), yerr=[r["old_spread"] / 2 for r in rows], fmt="none",
+        color="k", lw=0.8, label="1 ± half the old tree's range over rounds",
     )  # fmt: skip
-    labels = [
-        " ".join(str(v) for k, v in r.items() if k not in ("old_ms", "new_ms", "new_vs_old",
-                                                           "old_spread"))
-        for r in rows
-    ]  # fmt: skip
+    shown = [k for k, v in rows[0].items() if not isinstance(v, float | bool) and k != "time"]
+    labels = [" ".join(f"{k}={r[k]}" for k in shown) + f" {r['time']}" for r in rows]
     ax.set_xticks(xs, labels, rotation=90, fontsize=6)
     ax.axhline(1.0, color="gray", lw=0.5)
     ax.set_ylabel("time, new tree / old tree")

@@ -171,10 +171,13 @@ class DistGraph:
         return () if self.comm is None else self.design_cls.window_choices(self.comm)
 
     def configure(self, knobs: Knobs | None = None, **given) -> None:
-        """Collective: switch to other knobs (a Knobs, or keywords: ps=, dist=, threads=,
-        wpb=, window=), checked as they enter. The CSRs are kept; only the neighbor
-        partitions and the designs are rebuilt, and only when they change."""
-        new = Knobs.parse(given, takes=self.takes, job=self.job, base=knobs or self.knobs)
+        """Collective: switch to other knobs (those a Knobs was given, and keywords: ps=,
+        dist=, threads=, wpb=, window=), checked as they enter; the others stay. The CSRs
+        are kept; only the neighbor partitions and the designs are rebuilt, and only when
+        they change."""
+        if knobs is not None:
+            given = {**{k: getattr(knobs, k) for k in knobs.given}, **given}
+        new = Knobs.parse(given, takes=self.takes, job=self.job, base=self.knobs)
         if new.split != self.knobs.split:
             raise InputError(
                 f"split {new.split!r}: this graph was cut into ranks by {self.knobs.split!r}; "

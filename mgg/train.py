@@ -77,12 +77,7 @@ def prepare(
     knobs = Knobs.parse(given, takes=be.takes(design), job=be.job(design), base=knobs)
     size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
     if isinstance(dataset, ShardedDataset):
-        if "split" in knobs.given:
-            raise InputError(
-                f"{dataset.path}: a sharded dataset was split into ranks when it was written "
-                "(mgg partition --split); --split does not apply to it"
-            )
-        dataset.check_job(size, kind, model)
+        dataset.check_job(size, kind, model, knobs)
         if not dataset.labels:
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
         shard = dataset.open(rank, size)

@@ -113,6 +113,8 @@ def test_distgraph_takes_knobs_and_rebuilds_only_what_changed(rng):
     assert dg.plan is plan and dg.knobs.dist == 2
     dg.configure(ps=5)
     assert dg.plan.ps == 5 and dg.plan.local_indices is plan.local_indices  # CSRs kept
+    dg.configure(Knobs(dist=3))  # what a Knobs was given; the rest stays
+    assert (dg.plan.ps, dg.knobs.dist, dg.knobs.split) == (5, 3, "mixed")
     with pytest.raises(KnobError, match="wpb is not a knob of the pipelined design on cpu"):
         dg.configure(wpb=2)
     with pytest.raises(ValueError, match="split 'nodes': this graph was cut into ranks by"):

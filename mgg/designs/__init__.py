@@ -60,11 +60,6 @@ def get_design(backend: str, name: str) -> type[Design]:
     return REGISTRY[backend, name]
 
 
-def knobs_for(cls: type[Design], knobs: dict) -> dict:
-    """The options in ``knobs`` that design ``cls`` takes (None values dropped)."""
-    return {k: v for k, v in knobs.items() if k in cls.knobs and v is not None}
-
-
 __all__ = [
     "Design",
     "PlanMismatchError",
@@ -72,5 +67,4 @@ __all__ = [
     "check_plan",
     "design_names",
     "get_design",
-    "knobs_for",
 ]

@@ -23,7 +23,8 @@ class Design:
     comm  mgg.comm.Comm of the job (comm.rank == plan.rank, comm.size == P)
     dim   feature width D
     Subclasses set ``x`` [n_local, D] and implement ``run(op, eps, out)``; ``knobs`` names
-    the keyword options their constructor takes beyond (plan, comm, dim, dtype).
+    the knobs (mgg.knobs) their constructor takes as keyword options beyond (plan, comm,
+    dim, dtype), with mgg.knobs.DEFAULTS' values as defaults.
     """
 
     name = "base"

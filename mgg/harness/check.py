@@ -10,7 +10,6 @@ import numpy as np
 from ..arrays import to_host
 from ..atomic import atomic_write, make_folder
 from ..backend import assign, get_backend
-from ..errors import InputError
 from ..graph.core import Graph
 from ..graph.dataset import Dataset, random_features
 from ..kernels import OPS, reference
@@ -126,11 +125,7 @@ def check(
     ps = knobs.ps
     shard_plan = graph_root = None
     if isinstance(dataset, ShardedDataset):
-        if "split" in knobs.given:
-            raise InputError(f"{dataset.path}: {_WRITTEN}")
-        shard_plan = sharded_plan(dataset, comm, "gcn" in ops)
-        if "ps" in knobs.given:
-            shard_plan = shard_plan.with_ps(ps)
+        shard_plan = sharded_plan(dataset, comm, "gcn" in ops, knobs)
         ps = shard_plan.ps
         graph_root = _graph_on_root(comm, shard_plan)
     else:
@@ -184,22 +179,17 @@ def check(
     return result
 
 
-_WRITTEN = (
-    "a sharded dataset was split into ranks when it was written (mgg partition --split); "
-    "--split does not apply to it"
-)
-
-
-def sharded_plan(dataset: ShardedDataset, comm, weighted: bool) -> PartitionPlan:
-    """This rank's plan from a sharded dataset (``weighted``: an op needs edge weights)."""
-    dataset.check_job(comm.size)
+def sharded_plan(dataset: ShardedDataset, comm, weighted: bool, knobs=DEFAULTS) -> PartitionPlan:
+    """This rank's plan from a sharded dataset (``weighted``: an op needs edge weights),
+    cut with ``knobs.ps`` where one was given, else the dataset's."""
+    dataset.check_job(comm.size, knobs=knobs)
     plan = dataset.open(comm.rank, comm.size).plan
     if weighted and not plan.has_weights:
         raise ValueError(
             f"{dataset.path}: op 'gcn' needs edge weights, and this dataset's graph "
             f"({dataset.graph_kind}) has none: partition with --model gcn"
         )
-    return plan
+    return plan.with_ps(knobs.ps) if "ps" in knobs.given else plan
 
 
 def _graph_on_root(comm, plan: PartitionPlan) -> Graph | None:

@@ -11,14 +11,13 @@ from pathlib import Path
 
 from ..atomic import atomic_write, make_folder
 from ..backend import assign, get_backend
-from ..errors import InputError
 from ..graph.dataset import Dataset, random_features
 from ..knobs import DEFAULTS, TUNABLE, Knobs
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
 from ..tuner import Protocol, Workload, drive
 from ..tuner.search import confirm_medians, exhaustive
-from .check import _WRITTEN, sharded_plan
+from .check import sharded_plan
 from .timing import fresh_sample, time_round_robin
 
 
@@ -62,9 +61,7 @@ def tune(
     knobs.check_taken(backend.takes(cls), backend.job("pipelined"))
     protocol = protocol or Protocol()
     if isinstance(dataset, ShardedDataset):
-        if "split" in knobs.given:
-            raise InputError(f"{dataset.path}: {_WRITTEN}")
-        base = sharded_plan(dataset, comm, op == "gcn")
+        base = sharded_plan(dataset, comm, op == "gcn", knobs)
     else:
         g = dataset.graph.gcn_norm() if op == "gcn" else dataset.graph
         base = build_plan(

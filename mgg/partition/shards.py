@@ -263,7 +263,17 @@ class ShardedDataset:
             f"{self.num_edges} edges, np={self.np}, {self.graph_kind})"
         )
 
-    def check_job(self, size: int, graph_kind: str | None = None, model: str = "") -> None:
+    def check_job(
+        self, size: int, graph_kind: str | None = None, model: str = "", knobs=None
+    ) -> None:
+        """Refuse a job this dataset was not written for: another rank count, another graph
+        kind, or ``knobs`` (mgg.knobs.Knobs) that were given a split (its ranks were cut
+        when it was written)."""
+        if knobs is not None and "split" in knobs.given:
+            raise ShardError(
+                f"{self.path}: a sharded dataset was split into ranks when it was written "
+                "(mgg partition --split); --split does not apply to it"
+            )
         if size != self.np:
             raise ShardError(
                 f"{self.path}: partitioned for {self.np} ranks, but the job has {size}: "
