@@ -1,17 +1,64 @@
 """PyG twins of mgg's registered models (mgg.torch.MODELS) with their defaults: the peer
-that bench/train_vs_pyg.py and bench/gpu/e2e_vs_pyg.py time mgg against."""
+that bench/train_vs_pyg.py and bench/gpu/e2e_vs_pyg.py time mgg against, on each of the
+graph forms PyG's layers take (``PATHS``), so the benchmarks can time PyG at its best."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+# The graph forms each model runs on. 'edge_index': [2, E] (src, dst), as PyG's examples
+# pass it: gather, message tensor [E, D], scatter. 'csr': the transposed adjacency adj_t
+# (row v lists v's in-neighbours) as a torch sparse CSR tensor: PyG's GCN, SAGE and GIN
+# then aggregate with one sparse-dense product (cuSPARSE on the GPU) and no message
+# tensor; GCN caches its normalized adj_t. 'loops': GAT on an edge_index whose self loops
+# were added once, before training (GATConv(add_self_loops=False)), instead of every call.
+PATHS = {
+    "gcn": ("edge_index", "csr"),
+    "sage": ("edge_index", "csr"),
+    "gin": ("edge_index", "csr"),
+    "gat": ("edge_index", "loops"),
+}
 
-def pyg_model(name: str, f: int, c: int) -> nn.Module:
+
+def pyg_graph(graph, path: str, device="cpu"):
+    """The graph argument of PyG's layers in form ``path`` (PATHS) for an mgg Graph (an
+    in-edge CSR: indptr [N + 1], indices [E] the sources), on ``device``."""
+    n = graph.num_nodes
+    if path == "csr":
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch's beta-state warning for sparse CSR
+            return torch.sparse_csr_tensor(
+                torch.from_numpy(graph.indptr.astype(np.int64)),
+                torch.from_numpy(graph.indices.astype(np.int64)),
+                torch.ones(graph.num_edges),
+                size=(n, n),
+            ).to(device)
+    src, dst = graph.edges()
+    if path == "loops":
+        keep = src != dst
+        loops = np.arange(n, dtype=src.dtype)
+        src, dst = np.concatenate([src[keep], loops]), np.concatenate([dst[keep], loops])
+        order = np.argsort(dst, kind="stable")  # grouped by destination, as edge_index is
+        src, dst = src[order], dst[order]
+    elif path != "edge_index":
+        raise ValueError(f"unknown PyG graph form {path!r}: one of edge_index, csr, loops")
+    return torch.from_numpy(np.stack([src, dst]).astype(np.int64)).to(device)
+
+
+def pyg_model(name: str, f: int, c: int, path: str = "edge_index") -> nn.Module:
     """GCN 2 x 16 (cached), SAGE 2 x 16 (mean), GIN 2 x 64 (MLPs with batch norm,
-    input dropout 0.9), GAT 8 heads x 8 hidden (dropout 0.6), as mgg's defaults."""
+    input dropout 0.9), GAT 8 heads x 8 hidden (dropout 0.6), as mgg's defaults; on graph
+    form ``path`` (GAT on 'loops' adds no self loops of its own)."""
     from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv
+
+    if path not in PATHS[name]:
+        raise ValueError(f"PyG's {name} runs on {', '.join(PATHS[name])}, not {path!r}")
+    loops = path != "loops"
 
     def mlp(a, b):
         return nn.Sequential(nn.Linear(a, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, b))
@@ -27,8 +74,8 @@ def pyg_model(name: str, f: int, c: int) -> nn.Module:
         ),
         "gat": (
             [
-                GATConv(f, 8, heads=8, dropout=0.6),
-                GATConv(64, c, heads=1, concat=False, dropout=0.6),
+                GATConv(f, 8, heads=8, dropout=0.6, add_self_loops=loops),
+                GATConv(64, c, heads=1, concat=False, dropout=0.6, add_self_loops=loops),
             ],
             F.elu,
             0.6,

@@ -72,6 +72,37 @@ def test_layers_equal_pyg_forward_and_gradients(rng, kind, fin, fout):
         torch.testing.assert_close(p.grad, theirs_grads[name].grad, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
+@pytest.mark.parametrize("fin,fout", [(12, 5), (6, 16)])
+def test_pyg_widths_aggregates_where_pyg_does_and_computes_the_same(
+    rng, monkeypatch, kind, fin, fout
+):
+    import mgg.torch.layers as layers
+
+    g = graph_for(kind, random_graph(rng, 40, 200, hub_dst=True, isolated=3))
+    ours, theirs = pair(kind, fin, fout)
+    dg = DistGraph.build(g, None, ps=3)
+    widths = []
+    real = layers.aggregate
+    monkeypatch.setattr(
+        layers, "aggregate", lambda x, *a, **k: widths.append(x.shape[1]) or real(x, *a, **k)
+    )
+    x = torch.randn(40, fin)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya = ours(xa, dg)
+    with mt.pyg_widths():
+        yb = ours(xb, dg)
+    torch.testing.assert_close(ya, yb, atol=1e-5, rtol=1e-5)
+    w = torch.randn_like(ya)
+    (ya * w).sum().backward()
+    (yb * w).sum().backward()
+    torch.testing.assert_close(xa.grad, xb.grad, atol=1e-5, rtol=1e-5)
+    first = theirs.nn[0].out_features if kind == "gin" else fout
+    narrow = min(fin, first)
+    pyg_width = first if kind == "gcn" else fin  # PyG: GCN transforms first, SAGE/GIN not
+    assert widths == [narrow, pyg_width]
+
+
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin", "gat"])
 def test_gradients_match_finite_differences(rng, kind):
     g = graph_for(kind, random_graph(rng, 9, 30))

@@ -166,7 +166,7 @@ def stages(quick: bool = False) -> dict[str, Stage]:
         ),
         "aggregation": Stage(
             "aggregation",
-            "one PE vs cuSPARSE and PyG, Reddit-size R-MAT, D = 16 and 128",
+            "one PE vs cuSPARSE at its best and PyG, Reddit-size R-MAT (or --graphs), D = 16, 128",
             [script("aggregation", *(["--edges", "20000000"] if quick else []))],
         ),
         "kernel": Stage(
@@ -174,6 +174,11 @@ def stages(quick: bool = False) -> dict[str, Stage]:
             "this checkout's aggregation kernel (and, with --args, another) vs cuSPARSE "
             "at D = 16 and 128, and ncu's counters",
             [script("kernel_ab", *(["--edges", "20000000"] if quick else []))],
+        ),
+        "nvshmem": Stage(
+            "nvshmem",
+            "the aggregation on 2 and 4 NVSHMEM PEs (p2p and get) vs as many virtual PEs",
+            [script("nvshmem_vs_virtual", *(["--graph", "products:scale=0.02"] if quick else []))],
         ),
     }
     for name, (file, about, scale) in BENCHES.items():

@@ -6,7 +6,16 @@ rank-invariant ``dropout`` and ``edge_dropout``), layers with PyG's signatures
 rank), ``sync_gradients`` for any torch.optim optimizer, and the registered models.
 """
 
-from .layers import MLP, BatchNorm, GATConv, GCNConv, GINConv, SAGEConv, edge_softmax
+from .layers import (
+    MLP,
+    BatchNorm,
+    GATConv,
+    GCNConv,
+    GINConv,
+    SAGEConv,
+    edge_softmax,
+    pyg_widths,
+)
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .ops import (
     SparseRows,
@@ -45,6 +54,7 @@ __all__ = [
     "BatchNorm",
     "MLP",
     "edge_softmax",
+    "pyg_widths",
     "GCN",
     "SAGE",
     "GIN",

@@ -16,6 +16,7 @@ mgg.torch.models.MODELS for the CLI.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from itertools import pairwise
 
@@ -33,9 +34,28 @@ def _glorot(t: torch.Tensor) -> None:
         t.uniform_(-a, a)
 
 
-def _narrower(x, out_dim: int) -> bool:
-    """Transform before aggregating: the output is narrower, or x is sparse."""
-    return isinstance(x, SparseRows) or out_dim < x.shape[1]
+_pyg_order = False  # inside pyg_widths()
+
+
+@contextlib.contextmanager
+def pyg_widths():
+    """Inside, each layer aggregates at the width its PyG twin does (GCN after its Linear,
+    SAGE and GIN before it) instead of the narrower one: the same function, computed in
+    PyG's order, so a benchmark can tell mgg's algebra from its kernels."""
+    global _pyg_order
+    old, _pyg_order = _pyg_order, True
+    try:
+        yield
+    finally:
+        _pyg_order = old
+
+
+def _narrower(x, out_dim: int, pyg: bool) -> bool:
+    """Transform before aggregating: x is sparse; else, inside ``pyg_widths``, PyG's order
+    ``pyg``; else the output is narrower."""
+    if isinstance(x, SparseRows):
+        return True
+    return pyg if _pyg_order else out_dim < x.shape[1]
 
 
 class GCNConv(nn.Module):
@@ -61,7 +81,7 @@ class GCNConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x, g) -> torch.Tensor:
-        if _narrower(x, self.out_channels):
+        if _narrower(x, self.out_channels, pyg=True):
             y = aggregate(_linear(x, self.lin.weight), g, "gcn")
         else:
             y = _linear(aggregate(x, g, "gcn"), self.lin.weight)
@@ -98,7 +118,7 @@ class SAGEConv(nn.Module):
 
     def forward(self, x, g) -> torch.Tensor:
         w, b = self.lin_l.weight, self.lin_l.bias
-        if _narrower(x, self.out_channels):
+        if _narrower(x, self.out_channels, pyg=False):
             y = aggregate(_linear(x, w), g, self.aggr)
             y = y if b is None else y + b
         else:
@@ -201,7 +221,7 @@ class GINConv(nn.Module):
                 "mgg.torch.BatchNorm, whose statistics cover every rank"
             )
         first = self._first_linear()
-        narrow = first is not None and _narrower(x, first.out_features)
+        narrow = first is not None and _narrower(x, first.out_features, pyg=False)
         if narrow:
             x = _linear(x, first.weight)
         elif isinstance(x, SparseRows):
@@ -285,4 +305,13 @@ class GATConv(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
-__all__ = ["GCNConv", "SAGEConv", "GINConv", "GATConv", "BatchNorm", "MLP", "edge_softmax"]
+__all__ = [
+    "GCNConv",
+    "SAGEConv",
+    "GINConv",
+    "GATConv",
+    "BatchNorm",
+    "MLP",
+    "edge_softmax",
+    "pyg_widths",
+]
