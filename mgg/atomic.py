@@ -1,15 +1,141 @@
 """Writing files so that a reader never sees half of one: ``atomic_write`` (tmp + fsync +
-rename, mgg's one atomic writer), and the folders outputs go to. Imported by graph,
-partition, checkpoint, the tuner and the harness."""
+rename, mgg's one atomic writer), the temporary names every writer uses (``temp_path``;
+``sweep`` removes those whose writer died), locks that keep one job per output
+(``hold``), and the folders outputs go to. Imported by graph, partition, checkpoint,
+the tuner and the harness."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import os
+import re
 import secrets
+import shutil
+import socket
+import time
 from pathlib import Path
 
 from .errors import MggError
+
+TMP = ".tmp-"
+# .tmp-HOST-PID-TOKEN-NAME: HOST 8 hex digits of the host name's hash, the writer's pid
+_TEMP = re.compile(r"^\.tmp-([0-9a-f]{8})-(\d+)-([0-9a-f]+)-(.+)$")
+
+
+def _host_id() -> str:
+    return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
+
+
+def temp_path(path) -> Path:
+    """A temporary name beside ``path`` (same folder, so a rename commits it) that names
+    this host and process, so a later run can tell a dead writer's leftovers
+    (``stale``) from a live writer's."""
+    path = Path(path)
+    return path.parent / f"{TMP}{_host_id()}-{os.getpid()}-{secrets.token_hex(4)}-{path.name}"
+
+
+def is_temporary(path) -> bool:
+    """Whether ``path``'s name is one that ``temp_path`` makes."""
+    return Path(path).name.startswith(TMP)
+
+
+def stale(folder) -> list[Path]:
+    """The temporaries in ``folder`` whose writer was a process of this host that no
+    longer runs (another host's, or an unrecognised name, are left alone)."""
+    folder, here, out = Path(folder), _host_id(), []
+    if not folder.is_dir():
+        return out
+    for p in folder.iterdir():
+        m = _TEMP.match(p.name)
+        if m and m.group(1) == here and not _alive(int(m.group(2))):
+            out.append(p)
+    return out
+
+
+def sweep(folder) -> list[Path]:
+    """Remove ``stale(folder)`` (files or folders); returns what was removed."""
+    gone = []
+    for p in stale(folder):
+        with contextlib.suppress(FileNotFoundError):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
+            gone.append(p)
+    return gone
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+class Lock:
+    """An exclusive ``flock`` on a lock file, which names its holder (pid, host, start);
+    held until :meth:`release`, the object's end, or the process's (the kernel drops a
+    flock when its holder dies, however it dies)."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path, self.fd = path, fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            fd, self.fd = self.fd, None
+            try:
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                os.close(fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def __del__(self):
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - at interpreter exit; the kernel drops it anyway
+            pass
+
+
+class LockedError(MggError, OSError):
+    """Another job holds the lock; the message names its holder."""
+
+
+def hold(lock_path, what: str) -> Lock:
+    """Take the exclusive lock ``lock_path`` (created if missing) for ``what`` (the
+    output it guards, as the error names it). LockedError naming the holder when another
+    job has it; OSError naming ``what`` when the file system cannot lock."""
+    lock_path = Path(lock_path)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot lock it: {e.strerror}", what) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "a process"
+        os.close(fd)
+        raise LockedError(f"{what} is in use by another job ({holder})") from None
+    except OSError as e:
+        os.close(fd)
+        raise OSError(
+            e.errno, f"cannot lock it ({e.strerror}): use a file system with flock", what
+        ) from None
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text, 0)
+    return Lock(lock_path, fd)
 
 
 @contextlib.contextmanager
@@ -24,11 +150,7 @@ def atomic_write(*paths):
     """
     for p in paths:
         check_folder(p)
-    token = secrets.token_hex(4)
-    tmps = []
-    for p in map(os.fspath, paths):
-        head, tail = os.path.split(p)
-        tmps.append(os.path.join(head, f".tmp-{token}-{tail}"))
+    tmps = [os.fspath(temp_path(p)) for p in paths]
     try:
         yield tmps[0] if len(tmps) == 1 else tuple(tmps)
         for tmp in tmps:

@@ -17,20 +17,16 @@ work and the others get its result, so every rank raises the same error.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import pickle
 import re
-import socket
-import time
 import zipfile
 from pathlib import Path
 
 import torch
 
-from .atomic import atomic_write
+from .atomic import Lock, LockedError, atomic_write, hold
 from .errors import CheckpointError
 
 FORMAT = 1
@@ -410,64 +406,24 @@ def latest(folder) -> Path | None:
 
 
 # ---- one job per folder ------------------------------------------------------------------
-class FolderLock:
-    """An exclusive ``flock`` on FOLDER/.lock, which names its holder (pid, host, start);
-    held until :meth:`release`, the object's end, or the process's (the kernel drops a
-    flock when its holder dies, however it dies)."""
-
-    def __init__(self, folder: Path, fd: int):
-        self.folder, self.fd = folder, fd
-
-    def release(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            try:
-                os.ftruncate(fd, 0)
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            finally:
-                os.close(fd)
-
-    def __del__(self):
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001 - at interpreter exit; the kernel drops it anyway
-            pass
-
-
-def lock(folder, comm=None) -> FolderLock | None:
+def lock(folder, comm=None) -> Lock | None:
     """Collective: rank 0 makes ``folder`` and locks it for this job (the lock on rank 0,
     None elsewhere); a CheckpointError on every rank when another job holds it."""
     folder = Path(folder)
     return _on_root(comm, lambda: _lock(folder), share=False)  # an open file stays put
 
 
-def _lock(folder: Path) -> FolderLock:
+def _lock(folder: Path) -> Lock:
     if folder.exists() and not folder.is_dir():
         raise CheckpointError(f"checkpoint folder {folder} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as e:
+        return hold(folder / LOCK, f"checkpoint folder {folder}")
+    except LockedError as e:
         raise CheckpointError(
-            f"checkpoint folder {folder} cannot be made: {e.strerror or e}"
-        ) from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 400, 0).decode("utf-8", "replace").strip() or "a process"
-        os.close(fd)
-        raise CheckpointError(
-            f"checkpoint folder {folder} is in use by another job ({holder}): give this job "
-            "its own --checkpoint-dir, or wait until that one ends"
+            f"{e}: give this job its own --checkpoint-dir, or wait until that one ends"
         ) from None
     except OSError as e:
-        os.close(fd)
         raise CheckpointError(
-            f"checkpoint folder {folder} cannot be locked ({e.strerror or e}): put it on a "
-            "file system with flock"
+            f"checkpoint folder {folder} cannot be made or locked: {e.strerror or e}"
         ) from None
-    since = time.strftime("%Y-%m-%d %H:%M:%S")
-    text = f"pid {os.getpid()} on {socket.gethostname()}, since {since}\n".encode()
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, text, 0)
-    return FolderLock(folder, fd)
