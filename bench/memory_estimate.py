@@ -1,32 +1,71 @@
-"""How close is `mgg train`'s memory estimate to the peak RSS it then reaches?
+"""How close is `mgg train`'s memory estimate to the peak RSS it then reaches, from hidden
+size 16 to 4096?
 
-For planted-partition graphs of several sizes, P ranks and models, runs ``mggrun -np P
-mgg train --model M --json`` and compares each rank's peak RSS (VmHWM) with
-``memory_estimate_mb``. Writes bench/results/memory_estimate.{json,md,png}.
+For each model and hidden size, runs ``mggrun -np P mgg train --model M --hidden H --json``
+on a planted-partition stand-in (F=32, 8 classes, 12 entries per node; nodes scaled so a
+[nodes, hidden*heads] tensor holds about --floats floats) and on pubmed from ../shared/data
+where present (featureless: one-hot node ids, so the first layer has nodes*hidden
+weights), and compares each rank's peak RSS (VmHWM) with ``memory_estimate_mb``. A run
+whose estimate exceeds --max-mb is skipped. Writes bench/results/memory_estimate.{json,md,png}.
 
-    python bench/memory_estimate.py [--nodes 20000,...] [--ranks 1,2] [--models gcn,gat,...]
+    python bench/memory_estimate.py [--hidden 16,256,1024,4096] [--models gcn,sage,gin,gat]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
-from common import mgg_json, write_results
+from common import SHARED_DATA, mgg_json, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(n: int, p: int, epochs: int, model: str) -> dict:
-    spec = f"planted:nodes={n},classes=8,degree=12,features=32"
-    res = mgg_json(p, "train", "--dataset", spec, "--model", model, "--epochs", epochs)
+def planted(nodes: int) -> str:
+    return f"planted:nodes={nodes},classes=8,degree=12,features=32"
+
+
+def graphs(model: str, hidden: int, args) -> list[tuple[str, str]]:
+    """(name, dataset spec) of the graphs ``model`` at ``hidden`` runs on."""
+    from mgg.torch import MODELS
+
+    width = hidden * MODELS[model].heads
+    nodes = max(500, min(args.max_nodes, args.floats // width))
+    out = [("planted", planted(nodes))]
+    pubmed = SHARED_DATA / "pubmed.npz"
+    if "pubmed" in args.graphs and pubmed.exists():
+        out.append(("pubmed", str(pubmed)))
+    return [(name, spec) for name, spec in out if name in args.graphs]
+
+
+def estimate(spec: str, model: str, hidden: int, p: int) -> dict[str, float]:
+    """The estimate's parts in MB, before running."""
+    from mgg.graph.specs import resolve
+    from mgg.memory import job_estimate
+    from mgg.torch import MODELS
+
+    parts = job_estimate(resolve(spec), p, "train", model=MODELS[model], hidden=hidden)
+    return {k: round(v / 2**20, 1) for k, v in parts.items()}
+
+
+def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int) -> dict:
+    from mgg.memory import model_params
+    from mgg.torch import MODELS
+
+    res = mgg_json(p, "train", "--dataset", spec, "--model", model, "--hidden", hidden,
+                   "--epochs", epochs, env={"MGG_MEMORY_LIMIT": "1T"})  # fmt: skip
     peak = max(res["peak_rss_mb"])
     est = res["memory_estimate_mb"]
+    m, cfg = MODELS[model], res["config"]
     return {
+        "graph": name,
         "model": model,
-        "nodes": n,
+        "hidden": hidden,
+        "nodes": res["num_nodes"],
         "edges": res["num_edges"],
+        "params": model_params(m, cfg["in_dim"], cfg["out_dim"], hidden, m.layers, m.heads)[0],
         "np": p,
         "peak_rss_mb": res["peak_rss_mb"],
         "memory_estimate_mb": est,
@@ -36,26 +75,47 @@ def run(n: int, p: int, epochs: int, model: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", default="20000,100000,300000,600000,1000000")
-    ap.add_argument("--ranks", default="1,2")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--hidden", default="16,256,1024,4096")
     ap.add_argument("--models", default="gcn,sage,gin,gat")
+    ap.add_argument("--graphs", default="planted,pubmed")
+    ap.add_argument("--ranks", default="1")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--floats", type=int, default=2**23, help="per [nodes, hidden*heads]")
+    ap.add_argument("--max-nodes", type=int, default=100_000)
+    ap.add_argument("--max-mb", type=float, default=4600, help="skip runs estimated above")
     args = ap.parse_args()
-    rows = []
+    os.environ.setdefault("MGG_MEMORY_LIMIT", "1T")  # this process only estimates
+    rows, skipped = [], []
     for model in args.models.split(","):
-        for n in map(int, args.nodes.split(",")):
-            for p in map(int, args.ranks.split(",")):
-                r = run(n, p, args.epochs, model)
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-    heads = ["model", "nodes", "edges", "P", "peak RSS, largest rank (MB)", "estimate (MB)"]
-    heads.append("ratio")
+        for hidden in map(int, args.hidden.split(",")):
+            for name, spec in graphs(model, hidden, args):
+                for p in map(int, args.ranks.split(",")):
+                    parts = estimate(spec, model, hidden, p)
+                    if parts["total"] > args.max_mb:
+                        skipped.append(f"{model} {name} hidden {hidden} P={p}")
+                        continue
+                    r = {**run(name, spec, model, hidden, p, args.epochs), "parts": parts}
+                    rows.append(r)
+                    print(json.dumps(r), flush=True)
+    heads = ["model", "graph", "nodes", "hidden", "parameters", "P",
+             "peak RSS, largest rank (MB)", "estimate (MB)", "of it: model (MB)",
+             "activations (MB)", "ratio"]  # fmt: skip
     table = [
-        dict(zip(heads, (r["model"], r["nodes"], r["edges"], r["np"], round(max(r["peak_rss_mb"])),
-                         round(r["memory_estimate_mb"]), round(r["ratio"], 2)), strict=True))
+        dict(zip(heads, (r["model"], r["graph"], r["nodes"], r["hidden"], r["params"], r["np"],
+                         round(max(r["peak_rss_mb"])), round(r["memory_estimate_mb"]),
+                         round(r["parts"]["model"]),
+                         round(r["parts"]["activations"] + r["parts"].get("attention", 0)),
+                         round(r["ratio"], 2)), strict=True))
         for r in rows
     ]  # fmt: skip
-    notes = "ratio: estimate / peak RSS of the largest rank (VmHWM); planted, 8 classes, F=32"
+    ratios = [r["ratio"] for r in rows]
+    notes = (
+        "ratio: estimate / peak RSS of the largest rank (VmHWM) after "
+        f"{args.epochs} epochs; planted: F=32, 8 classes; pubmed: one-hot ids, 3 classes. "
+        f"Ratios {min(ratios):.2f} to {max(ratios):.2f}."
+    )
+    if skipped:
+        notes += f" Skipped (estimated over {args.max_mb:.0f} MB): {'; '.join(skipped)}."
     write_results("memory_estimate", {"runs": rows, "args": vars(args)}, table, heads, notes)
     try:
         import matplotlib
@@ -66,14 +126,12 @@ def main() -> None:
         models = list(dict.fromkeys(r["model"] for r in rows))
         fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.5), squeeze=False)
         for ax, model in zip(axes[0], models, strict=True):
-            for p in sorted({r["np"] for r in rows}):
-                rs = [r for r in rows if r["np"] == p and r["model"] == model]
-                ax.plot([r["nodes"] for r in rs], [max(r["peak_rss_mb"]) for r in rs], "o-",
-                        label=f"peak RSS, P={p}")  # fmt: skip
-                ax.plot([r["nodes"] for r in rs], [r["memory_estimate_mb"] for r in rs], "x--",
-                        label=f"estimate, P={p}")  # fmt: skip
-            ax.set(title=model.upper(), xlabel="nodes (12 edges per node)", xscale="log")
-            ax.set_ylabel("MB per rank")
+            for g in sorted({r["graph"] for r in rows}):
+                rs = [r for r in rows if r["graph"] == g and r["model"] == model]
+                ax.plot([r["hidden"] for r in rs], [r["ratio"] for r in rs], "o-", label=g)
+            ax.axhspan(0.8, 1.2, color="0.9")
+            ax.set(title=model.upper(), xlabel="hidden", xscale="log", ylim=(0.5, 1.5))
+            ax.set_ylabel("estimate / peak RSS")
             ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(ROOT / "bench" / "results" / "memory_estimate.png", dpi=120)

@@ -7,7 +7,8 @@ A checkpoint is one torch file that ``torch.load(path, weights_only=True)`` read
 
 meta: ``format`` (FORMAT), ``digest`` (sha256 of the two states and of the rest of meta),
 ``epoch``, ``history``, ``config`` (the model's), ``optimizer`` (its class name),
-``graph_config`` (the knobs in force), ``tuning`` (the search's result or null), ``ranks``.
+``graph_config`` (the knobs in force), ``tuning`` (the search's result or null), ``ranks``,
+``data`` (what the job trained on: mgg.train.LocalData.identity; see :func:`check_data`).
 Format 0 (before mgg wrote a format) has neither format nor digest and is still read.
 
 Every problem is a :class:`CheckpointError` whose message names the file and the problem.
@@ -17,20 +18,28 @@ work and the others get its result, so every rank raises the same error.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import os
 import pickle
 import re
+import sys
+import time
+import warnings
 import zipfile
 from pathlib import Path
 
 import torch
 
-from .atomic import Lock, LockedError, atomic_write, hold
+from .atomic import Lock, LockedError, atomic_write, hold, is_temporary, sweep
 from .errors import CheckpointError
 
 FORMAT = 1
 LOCK = ".lock"
+# test-only: the name of a checkpoint whose write stops once its temporary file is whole,
+# before the rename (a test kills the job there)
+STALL = "MGG_TEST_STALL_CHECKPOINT"
 PARTS = {
     "model": "the model's weights",
     "optimizer": "the optimizer's state",
@@ -76,10 +85,16 @@ def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: d
     _on_root(
         comm,
         lambda: write(path, model.state_dict(), optimizer.state_dict(), meta),
-        OSError,
-        lambda e: f"checkpoint {path} cannot be written: {e.strerror or e}",
+        (OSError, RuntimeError),
+        lambda e: f"checkpoint {path} cannot be written: {_why(e)}",
     )
     return path
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, OSError) and e.errno:
+        return "no space left on device" if e.errno == errno.ENOSPC else os.strerror(e.errno)
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
 def write(path, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
@@ -91,8 +106,23 @@ def write(path, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
     state = {"model": model_state, "optimizer": optimizer_state, "meta": json.dumps(meta)}
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as tmp:
-        torch.save(state, tmp)
+        _save(state, tmp)
+        if os.environ.get(STALL) == path.name:
+            print(f"stalled writing {tmp}", file=sys.stderr, flush=True)
+            time.sleep(600)
     return path
+
+
+def _save(state: dict, tmp: str) -> None:
+    """torch.save into ``tmp`` through a Python file, so that a failed write raises the
+    OSError it is (torch's own writer says only "unexpected pos N vs M")."""
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+    except RuntimeError as e:
+        if isinstance(e.__context__, OSError):  # what f.write raised inside torch
+            raise OSError(e.__context__.errno, e.__context__.strerror, tmp) from None
+        raise
 
 
 def digest(model_state: dict, optimizer_state: dict, meta: dict) -> str:
@@ -347,17 +377,75 @@ def check_epochs(path, epoch: int, epochs: int) -> None:
         )
 
 
-def load(path, model, optimizer, comm=None, epochs: int | None = None) -> dict:
+# what a job's data identity holds only to name it in messages (a file may be renamed)
+LABELS = ("dataset", "path")
+FLAGS = {"row_normalize": "--row-normalize", "seed": "--seed"}
+
+
+def check_data(path, meta: dict, data: dict | None) -> str | None:
+    """Refuse a checkpoint whose meta records other data than ``data`` (this job's, as
+    mgg.train.LocalData.identity describes it: the dataset's source, sizes, graph kind and
+    preprocessing flags): any entry that both record, the labels (LABELS) aside, and that
+    differs. Returns a warning where the checkpoint records no data (an older mgg wrote
+    it), None otherwise."""
+    if not data:
+        return None
+    theirs = meta.get("data")
+    if not isinstance(theirs, dict):
+        return (
+            f"checkpoint {path} does not record the data it was trained on (an older mgg "
+            f"wrote it): resuming it on {data.get('dataset')!r} unchecked"
+        )
+    mine = json.loads(json.dumps(data))
+    diffs = [
+        f"{FLAGS.get(k, k)} {_shown(theirs, k)} (this job: {_shown(mine, k)})"
+        for k in mine
+        if k not in LABELS
+        and theirs.get(k) is not None
+        and mine[k] is not None
+        and theirs[k] != mine[k]
+    ]
+    if diffs:
+        names = (theirs.get("dataset"), mine.get("dataset"))
+        named = f" ({names[0]!r}; this job: {names[1]!r})" if names[0] != names[1] else ""
+        raise _error(
+            path,
+            f"was trained on other data{named}: {', '.join(diffs)}; resume it on the data "
+            "and with the flags it was trained with",
+        )
+    return None
+
+
+def _shown(identity: dict, key: str) -> str:
+    value = identity[key]
+    if not isinstance(value, dict):
+        return repr(value)
+    # hashes cut to 12 digits; a source named by its path where it has one
+    text = ", ".join(
+        f"{k} {v[:12] if isinstance(v, str) and re.fullmatch('[0-9a-f]{17,}', v) else v}"
+        for k, v in value.items()
+    )
+    where = identity.get("path") if key == "source" else None
+    return f"{where} ({text})" if where else f"({text})"
+
+
+def load(
+    path, model, optimizer, comm=None, epochs: int | None = None, data: dict | None = None
+) -> dict:
     """Collective: rank 0 reads and checks ``path`` (:func:`read`), every rank gets it,
-    checks it fits ``model`` and ``optimizer`` (:func:`check_fit`) and the run's total
-    ``epochs`` (:func:`check_epochs`, where given), then loads their states. Returns the
-    checkpoint's meta (epoch, history, graph_config, tuning, ...)."""
+    checks it was trained on ``data`` (:func:`check_data`, where given; rank 0 warns where
+    the checkpoint does not say), fits ``model`` and ``optimizer`` (:func:`check_fit`) and
+    the run's total ``epochs`` (:func:`check_epochs`, where given), then loads their
+    states. Returns the checkpoint's meta (epoch, history, graph_config, tuning, ...)."""
     ckpt = _on_root(
         comm,
         lambda: read(path),
         Exception,  # whatever it is, the peers must hear of it, not hang
         lambda e: f"checkpoint {path} cannot be read: {type(e).__name__}: {e}",
     )
+    note = check_data(path, ckpt["meta"], data)
+    if note and _rank(comm) == 0:
+        warnings.warn(note, stacklevel=2)
     check_fit(path, ckpt, model, optimizer)
     if epochs is not None:
         check_epochs(path, ckpt["meta"]["epoch"], epochs)
@@ -393,8 +481,8 @@ def restore_knobs(graph, meta: dict) -> list[str]:
 
 def latest(folder) -> Path | None:
     """The newest checkpoint file (``*.pt``, by epoch in its name, then by time) in
-    ``folder``, or None."""
-    files = [p for p in Path(folder).glob("*.pt") if p.is_file()]
+    ``folder``, or None; a write's temporary file (mgg.atomic) is never one."""
+    files = [p for p in Path(folder).glob("*.pt") if p.is_file() and not is_temporary(p)]
     if not files:
         return None
 
@@ -407,8 +495,10 @@ def latest(folder) -> Path | None:
 
 # ---- one job per folder ------------------------------------------------------------------
 def lock(folder, comm=None) -> Lock | None:
-    """Collective: rank 0 makes ``folder`` and locks it for this job (the lock on rank 0,
-    None elsewhere); a CheckpointError on every rank when another job holds it."""
+    """Collective: rank 0 makes ``folder``, locks it for this job (the lock on rank 0,
+    None elsewhere) and removes the temporary files of writers that died (mgg.atomic.sweep:
+    a job killed while it wrote a checkpoint); a CheckpointError on every rank when another
+    job holds it."""
     folder = Path(folder)
     return _on_root(comm, lambda: _lock(folder), share=False)  # an open file stays put
 
@@ -418,7 +508,9 @@ def _lock(folder: Path) -> Lock:
         raise CheckpointError(f"checkpoint folder {folder} is a file, not a folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        return hold(folder / LOCK, f"checkpoint folder {folder}")
+        held = hold(folder / LOCK, f"checkpoint folder {folder}")
+        sweep(folder)
+        return held
     except LockedError as e:
         raise CheckpointError(
             f"{e}: give this job its own --checkpoint-dir, or wait until that one ends"

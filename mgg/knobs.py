@@ -37,6 +37,7 @@ AUTO = "auto"  # a flag's spelling of None where a knob has an automatic choice
 TUNABLE = ("ps", "dist", "wpb", "threads", "window")  # what a tuner and configure() set
 JOB_KNOBS = {"cpu": ("ps", "split", "threads"), "cuda": ("ps", "split")}  # besides the design's
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128)
+INT_MAX = 2**31 - 1  # the top of every integer knob and flag: a C int, what kernels take
 
 
 class KnobError(InputError):
@@ -75,12 +76,13 @@ class Knobs:
     so that a default can yield to a dataset's own (a sharded dataset's ps) and a knob
     this job does not take is refused."""
 
-    ps: int = _knob(16, "neighbor partition size (edges per LNP/RNP)", low=1)
+    ps: int = _knob(16, "neighbor partition size (edges per LNP/RNP)", low=1, high=INT_MAX)
     dist: int = _knob(
         4,
         "interleaving distance (cpu: fetch batches, or chunks with window msg, in flight; "
         "cuda: partitions per warp)",
         low=1,
+        high=INT_MAX,
     )
     wpb: int = _knob(4, "warps per block of the CUDA kernel", low=1, high=32)
     threads: int | None = _knob(None, "numba threads per rank", low=1, auto="all numba has")
@@ -157,6 +159,8 @@ class Knobs:
                 obj = json.loads(obj)
             except json.JSONDecodeError as e:
                 raise KnobError(f"{source}: not JSON ({e.msg}, column {e.colno})") from None
+            except ValueError as e:  # a number of more than 4300 digits
+                raise KnobError(f"{source}: not JSON mgg reads ({e})") from None
         if not isinstance(obj, dict):
             raise KnobError(f'{source}: knobs are a JSON object like {{"ps": 32}}, got {obj!r}')
         return cls.parse(obj, label=lambda k: f"{source} key {k!r}", **kw)
@@ -200,16 +204,21 @@ def check_value(name: str, value, *, label: str | None = None, text: bool = Fals
         return None
     if spec.choices is not None:
         if value not in spec.choices:
-            raise KnobError(f"{at}must be {_one_of(spec)}, got {value!r}")
+            raise KnobError(f"{at}must be {_one_of(spec)}, got {shown(value)}")
         return value
     if isinstance(value, bool) or not _is_int(value):
-        raise KnobError(f"{at}must be {spec.allowed()}, got {value!r}")
+        raise KnobError(f"{at}must be {spec.allowed()}, got {shown(value)}")
     value = int(value)
-    high = _numba_threads() if name == "threads" else spec.high
-    if value < spec.low or (high is not None and value > high):
-        bound = f">= {spec.low}" if high is None else f"in [{spec.low}, {high}]"
-        raise KnobError(f"{at}must be {bound}, got {value}")
+    high = _numba_threads() if name == "threads" else spec.high  # every integer has a top
+    if not spec.low <= value <= high:
+        raise KnobError(f"{at}must be in [{spec.low}, {high}], got {shown(value)}")
     return value
+
+
+def shown(value) -> str:
+    """``value`` for an error message: its repr (str for an int), cut to 40 characters."""
+    text = str(value) if isinstance(value, int) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _one_of(spec: Spec) -> str:
@@ -261,6 +270,7 @@ def flag_help(name: str) -> str:
 __all__ = [
     "AUTO",
     "DEFAULTS",
+    "INT_MAX",
     "JOB_KNOBS",
     "KnobError",
     "Knobs",
@@ -272,5 +282,6 @@ __all__ = [
     "check_value",
     "flag",
     "flag_help",
+    "shown",
     "space",
 ]

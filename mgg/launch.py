@@ -15,15 +15,25 @@ that sets, from the launcher's variables:
 A leading ``mgg`` or ``python`` in COMMAND runs under this interpreter.
 MGG_MPIEXEC overrides the mpiexec used (default: the one installed beside this Python).
 
-Failures: mggrun runs mpiexec as a child and exits with its code. Ctrl-C (SIGINT) goes to
-the local ranks themselves as SIGINT (they exit without a traceback, and mggrun prints the
-one line ``mgg CMD: interrupted`` and exits 130); so does a SIGTERM or SIGHUP when COMMAND
-is mgg (``mgg CMD: terminated``, exit 143; ``hung up``, 129). A second signal, one when no
-local rank is found, or a first SIGTERM/SIGHUP to another command goes to mpiexec as
-SIGTERM, and so does the first if the job still runs 10 s later. Before and after each
-job mggrun removes the MPICH shared-memory files (/dev/shm/mpich_*) of this user that no
-live process maps or holds open: what a killed or aborted job leaves, since MPICH unlinks
-them only in MPI_Finalize.
+Failures: mggrun runs mpiexec from a child in its own session, which outlives mggrun (a
+SIGKILL of mggrun reaches it as a SIGTERM), and exits with mpiexec's code. Ctrl-C (SIGINT)
+goes to the local ranks as SIGINT (to the processes each rank started); so does a SIGTERM
+or SIGHUP when every rank runs mgg, told from what the ranks run however COMMAND spells it
+(``mgg``, a path to it, ``python -m mgg``, a wrapper script): then only mgg's processes
+get it, they exit without a traceback, and mggrun prints the one line ``mgg CMD:
+interrupted`` (``terminated``, ``hung up``). A job a signal stopped exits 128 + its number
+(130, 143, 129). A second signal, one when no local rank is found, or a first SIGTERM or
+SIGHUP to ranks that do not run mgg goes to mpiexec as SIGTERM, and so does the first if
+the job still runs 10 s later.
+
+Leftovers: before and after each job mggrun removes the MPICH shared-memory files
+(/dev/shm/mpich_*) of this user that no live process maps or holds open: what a killed or
+aborted job leaves, since MPICH unlinks them only in MPI_Finalize. Hydra's proxy would
+write the node's hwloc topology to /tmp/hydra_hwloc_xmlfile_* (a fixed path: TMPDIR is not
+honoured) and unlink it only when it exits normally, which it does not when mpiexec kills
+it (a rank's abort, a killed rank); it writes none when HWLOC_XMLFILE is set, so mggrun
+sets that (unless the user has) to a path that cannot exist: each rank's hwloc then
+discovers the node itself, and the shim removes the variable before COMMAND starts.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from .process import launcher_int, local_size
@@ -49,6 +60,8 @@ SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
 STALE_AFTER_S = 2.0  # a file this young may be a starting job's, not yet mapped
 STOPPED = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
 ESCALATE_AFTER_S = 10.0  # after a forwarded SIGINT, SIGTERM the job if it still runs
+NO_XMLFILE = "/dev/null/mggrun-no-topology-file"  # HWLOC_XMLFILE: hydra writes no /tmp file
+MGG_MODULES = ("mgg", "mgg.__main__", "mgg.cli")
 
 
 def find_mpiexec() -> str:
@@ -224,9 +237,10 @@ def reap_shm(min_age: float = STALE_AFTER_S, wait: bool = False) -> list[str]:
     return removed
 
 
-def _local_ranks(mpiexec: int) -> list[int] | None:
-    """The pids of the ranks mpiexec started, when all run on this node under hydra's
-    proxies (None otherwise: ranks on other nodes, another launcher, not started yet)."""
+def _local_ranks(mpiexec: int) -> dict[int, list[int]] | None:
+    """{rank pid: the pids of its process tree, itself first} of the ranks mpiexec
+    started, when all run on this node under hydra's proxies (None otherwise: ranks on
+    other nodes, another launcher, not started yet)."""
     children: dict[int, list[tuple[int, str]]] = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
@@ -237,37 +251,79 @@ def _local_ranks(mpiexec: int) -> list[int] | None:
     proxies = children.get(mpiexec, [])
     if not proxies or any(name != "hydra_pmi_proxy" for _, name in proxies):
         return None
-    return [pid for proxy, _ in proxies for pid, _ in children.get(proxy, [])] or None
+    trees = {}
+    for proxy, _ in proxies:
+        for rank, _ in children.get(proxy, []):
+            tree, todo = [rank], [rank]
+            while todo:
+                kids = [pid for pid, _ in children.get(todo.pop(), [])]
+                tree += kids
+                todo += kids
+            trees[rank] = tree
+    return trees or None
+
+
+def mgg_subcommand(argv: list[str]) -> str | None:
+    """The subcommand when the command line ``argv`` runs mgg's (``mgg SUB``, a path to
+    it, ``python [OPTIONS] -m mgg SUB``, and these behind mggrun's shim), else None."""
+    if SHIM in argv:
+        argv = _command(argv[argv.index(SHIM) + 1 :])
+    rest = argv[1:] if argv and os.path.basename(argv[0]).startswith("python") else argv
+    while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+        rest = rest[2:] if rest[0] in ("-X", "-W") else rest[1:]
+    if rest[:1] == ["-m"]:
+        is_mgg, rest = len(rest) > 1 and rest[1] in MGG_MODULES, rest[2:]
+    else:
+        is_mgg, rest = bool(rest) and os.path.basename(rest[0]) == "mgg", rest[1:]
+    return rest[0] if is_mgg and rest and not rest[0].startswith("-") else None
+
+
+def _mgg_processes(trees: dict[int, list[int]]) -> tuple[str | None, list[int]]:
+    """("mgg SUB", the pids that run it) when every rank's tree runs mgg, else (None, [])."""
+    label, pids = None, []
+    for tree in trees.values():
+        found = []
+        for pid in tree:
+            with contextlib.suppress(OSError):
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+                sub = mgg_subcommand(argv.split("\0")[:-1])
+                if sub:
+                    label = label or f"mgg {sub}"
+                    found.append(pid)
+        if not found:
+            return None, []
+        pids += found
+    return label, pids
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM when mggrun dies, even by SIGKILL."""
+    """Get SIGTERM when the parent process dies, even by SIGKILL (kept across exec)."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def run_job(full: list[str], label: str | None = None) -> int:
+def run_job(full: list[str], env=None) -> int:
     """Run mpiexec as a child in its own session (so a terminal's Ctrl-C reaches only
-    mggrun), forward signals, and remove the shared memory the job left; its exit code.
-    ``label``: the command named in the one line that reports a Ctrl-C."""
+    mggrun), forward signals, and remove the shared memory the job left; its exit code."""
     reap_shm()
-    proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent)
-    state = {"stopped_by": None, "since": None}
+    proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent, env=env)
+    state = {"stopped_by": None, "since": None, "label": None}
 
     def forward(signum, frame):
         state["since"] = state["since"] or time.monotonic()
-        quiet = signum == signal.SIGINT or label is not None  # mgg exits quietly on SIGINT
-        if quiet and not state["stopped_by"]:
+        sig = signal.SIGTERM
+        if not state["stopped_by"]:
             state["stopped_by"] = signum
-            ranks = _local_ranks(proc.pid)
-            for pid in ranks or ():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGINT)
-            if ranks:
+            trees = _local_ranks(proc.pid)
+            label, pids = _mgg_processes(trees) if trees else (None, [])
+            if label or (trees and signum == signal.SIGINT):  # mgg exits quietly on SIGINT
+                state["label"] = label
+                for pid in pids or [pid for tree in trees.values() for pid in tree]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGINT)
                 return
-            sig = signal.SIGINT if signum == signal.SIGINT else signal.SIGTERM
-        else:
-            sig = signal.SIGTERM
+            if signum == signal.SIGINT:
+                sig = signal.SIGINT
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
 
@@ -291,9 +347,47 @@ def run_job(full: list[str], label: str | None = None) -> int:
     reap_shm(wait=True)
     signum = state["stopped_by"]
     if signum and code != 0:
-        if label:
-            print(f"{label}: {STOPPED.get(signum, 'stopped')}", file=sys.stderr)
+        if state["label"]:
+            print(f"{state['label']}: {STOPPED.get(signum, 'stopped')}", file=sys.stderr)
         return 128 + signum  # mpiexec reports whichever rank ended first: some die by SIGKILL
+    return code if code >= 0 else 128 - code
+
+
+def supervise(full: list[str], env=None) -> int:
+    """``run_job`` in a child of mggrun, in its own session, that outlives mggrun: mggrun
+    forwards SIGINT, SIGTERM and SIGHUP to it and exits with its code, and a SIGKILL of
+    mggrun reaches it as a SIGTERM, so the job still ends as after one and leaves nothing."""
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # until run_job forwards it
+            os.setsid()
+            _die_with_parent()
+            if os.getppid() == parent:  # else mggrun died before it could tell
+                code = run_job(full, env)
+        except BaseException:  # noqa: BLE001 - a bug: show it, and never return to main
+            traceback.print_exc()
+        finally:
+            with contextlib.suppress(OSError):
+                sys.stderr.flush()
+            os._exit(code)
+
+    def forward(signum, frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in watched}
+    try:
+        _, status = os.waitpid(child, 0)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    code = os.waitstatus_to_exitcode(status)
     return code if code >= 0 else 128 - code
 
 
@@ -303,6 +397,8 @@ def main(argv=None) -> int:
     if argv and argv[0] == SHIM:
         cmd = _command(argv[1:])
         os.environ.update(rank_environment())
+        if os.environ.get("HWLOC_XMLFILE") == NO_XMLFILE:
+            del os.environ["HWLOC_XMLFILE"]
         try:
             os.execvp(cmd[0], cmd)
         except OSError as e:
@@ -323,12 +419,12 @@ def main(argv=None) -> int:
             raise
         print(e.code, file=sys.stderr)
         return 2
+    env = dict(os.environ, HWLOC_XMLFILE=os.environ.get("HWLOC_XMLFILE", NO_XMLFILE))
     if np_asked is not None:
-        os.environ["MGG_NP"] = str(np_asked)
+        env["MGG_NP"] = str(np_asked)
     else:
-        os.environ.pop("MGG_NP", None)
-    mgg_cmd = cmd[0] == "mgg" and len(cmd) > 1 and not cmd[1].startswith("-")
-    return run_job(full, f"mgg {cmd[1]}" if mgg_cmd else None)
+        env.pop("MGG_NP", None)
+    return supervise(full, env)
 
 
 if __name__ == "__main__":

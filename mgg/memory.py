@@ -4,10 +4,13 @@
 ranks on this node (``MGG_LOCAL_SIZE``, set by mggrun), or ``MGG_MEMORY_LIMIT`` (bytes per
 rank: ``2G``, ``512M``, ``1.5GiB``) when set. ``require(nbytes, what, source)`` raises
 ResourceError naming the input and the numbers when an allocation the input declares
-cannot fit. ``estimate(...)`` is a command's peak resident bytes per rank, part by part
-(calibrated against VmHWM: bench/memory_estimate.py).
+cannot fit. ``estimate(...)`` is a command's peak resident bytes per rank, part by part:
+the data, the plan, the activations and the model (parameters, gradients, optimizer
+state); calibrated against VmHWM (bench/memory_estimate.py). ``check_job`` checks it
+against ``MGG_MEMORY_LIMIT`` (the rank's whole peak) or what the rank has.
 
-Pure: no comm, torch or numpy at import, so the graph layer imports it.
+Pure: no comm, torch or numpy at import, so the graph layer imports it (``model_params``
+imports torch when it is called).
 """
 
 from __future__ import annotations
@@ -22,9 +25,12 @@ __all__ = [
     "available",
     "available_bytes",
     "check_estimate",
+    "check_job",
     "csr_bytes",
     "estimate",
     "format_bytes",
+    "job_estimate",
+    "model_params",
     "parse_size",
     "peak_rss_mb",
     "require",
@@ -162,13 +168,18 @@ def csr_bytes(num_nodes: int, num_edges: int, weighted: bool = False, build: boo
 
 
 # ---- the job estimate -------------------------------------------------------------------
-# Calibrated against VmHWM of `mgg train` / `check` / `partition` on planted graphs
-# (bench/memory_estimate.py): bytes per unit of each part.
+# Calibrated against VmHWM of `mgg train` / `check` / `partition` on planted graphs and
+# pubmed, hidden 16 to 4096 (bench/memory_estimate.py): bytes per unit of each part.
 BASELINE = 440 * 2**20  # python, numpy, scipy, numba, torch, mpi4py and their threads
 LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
-ACTIVATION_COPIES = 4  # tensors of [rows, width] kept per layer for backward, and grads
+ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
+OUTPUT_COPIES = 6  # [rows, classes] tensors: the last layer's, the loss's and their grads
+# per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
+PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
+FEATURELESS_IDENTITY_MAX = 200_000  # mgg.train.prepare: one-hot ids up to here, else
+FEATURELESS_WIDTH = 64  # this many seeded random features
 
 
 def estimate(
@@ -185,6 +196,9 @@ def estimate(
     heads: int = 1,
     copies: int = ACTIVATION_COPIES,
     edge_floats: int = 0,
+    params: int | None = None,
+    largest_param: int | None = None,
+    optimizer: str = "adam",
     command: str = "train",
     sharded: bool = False,
     symmetric: bool = True,
@@ -197,8 +211,12 @@ def estimate(
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
-    ``copies``: [rows, width] tensors it keeps per layer;
-    ``edge_floats``: floats it keeps per edge, head and layer (attention); ``dim``: check's width D;
+    ``copies``: [rows, hidden*heads] tensors each hidden layer holds at the peak (and
+    OUTPUT_COPIES of [rows, C]); ``edge_floats``: floats it keeps per edge, head and layer
+    (attention); ``params``: its parameters (default: dense layers F -> hidden*heads ... ->
+    C), each held with its gradient and ``optimizer``'s state, and ``largest_param``
+    (default: the widest layer's) once more while its gradient is stored; ``dim``: check's
+    width D;
     ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
     ``makes_split``: the dataset has no masks, so make_split counts per class.
     """
@@ -226,17 +244,22 @@ def estimate(
     if command == "train":
         widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
         in_width = f if feature_nnz is None else 0
-        act = 4 * rows * (in_width + copies * sum(widths))
+        act = int(4 * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
         part["activations"] = act
         if edge_floats:  # attention: per edge and head, each layer (the last has one head)
             act += 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries // p + rows)
             part["attention"] = act - part["activations"]
-        part["output layer"] = 4 * 4 * hidden * heads * max(c, 1)  # W, grad, Adam's 2 moments
+        if params is None:
+            dims = list(zip([f] + widths[:-1], widths, strict=True))
+            params = sum(a * b + b for a, b in dims)
+            largest_param = max(a * b for a, b in dims)
+        per_param = PARAM_BYTES.get(optimizer, PARAM_BYTES["adam"])
+        part["model"] = per_param * int(params) + 4 * int(largest_param or 0)
         windows = 0
         if p > 1:  # two shm windows per width, and the peers' rows each rank reads
             windows = 2 * directions * 4 * sum(set(widths)) * n
         part["windows"] = windows
-        run = part["dataset"] + plan + act + windows + part["output layer"]
+        run = part["dataset"] + plan + act + windows + part["model"]
     elif command == "check":
         windows = 2 * 4 * dim * (rows + (n - rows if p > 1 else 0))
         part["windows"] = windows
@@ -248,66 +271,121 @@ def estimate(
 
 
 def check_estimate(parts: dict[str, int], source, what: str = "this job") -> int:
-    """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) will not fit
-    beside what this process already holds; returns the estimate in MB."""
+    """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) exceeds
+    ``MGG_MEMORY_LIMIT`` (a rank's whole peak) or, without it, what this rank has beside what
+    this process already holds; returns the estimate in MB."""
     have, how = available()
-    held = _proc_bytes("/proc/self/status", "VmRSS") or 0
-    need = parts["total"] - held
-    if need > have:
+    limited = bool(os.environ.get(LIMIT_ENV, "").strip())
+    held = 0 if limited else _proc_bytes("/proc/self/status", "VmRSS") or 0
+    if parts["total"] - held > have:
         big = sorted(
             ((v, k) for k, v in parts.items() if k not in ("total", "baseline")), reverse=True
         )[:3]
         detail = ", ".join(f"{k} {format_bytes(v)}" for v, k in big)
+        if held:
+            detail += f"; {format_bytes(held)} already held"
         raise ResourceError(
             f"{source}: {what} needs about {format_bytes(parts['total'])} per rank "
-            f"({detail}; {format_bytes(held)} already held) but this rank has "
-            f"{format_bytes(have)} available ({how}); {HINT}"
+            f"({detail}) but this rank has {format_bytes(have)} available ({how}); {HINT}"
         )
     return round(parts["total"] / 2**20, 1)
 
 
-def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:
-    """The :func:`estimate` of ``command`` on ``ds`` (a Dataset or a ShardedDataset),
-    checked with :func:`check_estimate`; returns it in MB. ``model``: the registry's spec
-    (its hidden and layers are the defaults); ``kw``: hidden, layers, heads, dim (None
-    means the default)."""
+def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, heads: int):
+    """(parameters, the largest parameter's size) of the registry's ``model`` (a
+    mgg.torch.models Spec) at these sizes, built on torch's meta device: nothing is
+    allocated."""
+    import inspect
+
+    import torch
+
+    kw = {"heads": heads} if "heads" in inspect.signature(model.cls).parameters else {}
+    with torch.device("meta"):
+        net = model.cls(in_dim, hidden, out_dim, num_layers=layers, **kw)
+    sizes = [p.numel() for p in net.parameters()] or [0]
+    return sum(sizes), max(sizes)
+
+
+def _facts(ds) -> dict:
+    """What the estimate needs of ``ds`` (a Dataset or a ShardedDataset's manifest)."""
+    graph = getattr(ds, "graph", None)
+    if graph is None:  # sharded: the manifest's facts
+        return {
+            "n": ds.num_nodes,
+            "e": ds.num_edges,
+            "symmetric": bool(ds.symmetric),
+            "features": ds.num_features or 0,
+            "feature_nnz": 0 if ds.features == "sparse" else None,
+            "featureless": ds.features is None,
+            "classes": ds.num_classes or 0,
+            "multilabel": False,
+            "makes_split": False,
+            "sharded": True,
+        }
+    x = ds.x
+    return {
+        "n": graph.num_nodes,
+        "e": graph.num_edges,
+        "symmetric": bool(graph.symmetric),
+        "features": 0 if x is None else int(x.shape[1]),
+        "feature_nnz": int(x.nnz) if hasattr(x, "nnz") else None,
+        "featureless": x is None,
+        "classes": int(ds.num_classes or 0),
+        "multilabel": bool(ds.multilabel),
+        "makes_split": ds.y is not None and ds.train_mask is None,
+        "sharded": False,
+    }
+
+
+def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str, int]:
+    """The :func:`estimate` of ``command`` on ``ds`` (a Dataset or a ShardedDataset), by
+    part. ``model``: the registry's spec (its hidden, layers and heads are the defaults; its
+    parameters are counted at the input width the job gives it: F, or for a featureless
+    graph one-hot ids or random features); ``kw``: hidden, layers, heads, optimizer, dim
+    (None means the default)."""
     kw = {k: v for k, v in kw.items() if v is not None}
+    d = _facts(ds)
+    n, c = d["n"], d["classes"]
     if model is not None:
         kw.setdefault("hidden", model.hidden)
         kw.setdefault("layers", model.layers)
         kw.setdefault("heads", getattr(model, "heads", 1))
         kw.setdefault("edge_floats", getattr(model, "edge_floats", 0))
         kw.setdefault("copies", getattr(model, "copies", ACTIVATION_COPIES))
-    graph = getattr(ds, "graph", None)
-    if graph is None:  # sharded: the manifest's facts
-        n, e, sym = ds.num_nodes, ds.num_edges, bool(ds.symmetric)
-        f, c = ds.num_features or 0, ds.num_classes or 0
-        nnz = 0 if ds.features == "sparse" else None
-        multi = makes_split = False
-    else:
-        n, e, sym = graph.num_nodes, graph.num_edges, bool(graph.symmetric)
-        x = ds.x
-        f = 0 if x is None else int(x.shape[1])
-        nnz = int(x.nnz) if hasattr(x, "nnz") else None
-        c = int(ds.num_classes or 0)
-        multi = bool(ds.multilabel)
-        makes_split = ds.y is not None and ds.train_mask is None
-    parts = estimate(
+        if command == "train" and hasattr(model, "cls"):
+            in_dim = d["features"]
+            if d["featureless"]:
+                in_dim = n if n <= FEATURELESS_IDENTITY_MAX else FEATURELESS_WIDTH
+            try:
+                kw["params"], kw["largest_param"] = model_params(
+                    model, in_dim, max(c, 1), kw["hidden"], kw["layers"], kw["heads"]
+                )
+            except (RuntimeError, NotImplementedError, TypeError, ValueError):
+                pass  # not buildable on the meta device: dense layers' count (estimate)
+    return estimate(
         n,
-        e,
+        d["e"],
         ranks,
-        features=f,
-        feature_nnz=nnz,
+        features=d["features"],
+        feature_nnz=d["feature_nnz"],
         classes=c,
-        multilabel=multi,
+        multilabel=d["multilabel"],
         command=command,
-        sharded=graph is None,
-        symmetric=sym,
-        makes_split=makes_split,
+        sharded=d["sharded"],
+        symmetric=d["symmetric"],
+        makes_split=d["makes_split"],
         **kw,
     )
+
+
+def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:
+    """The :func:`job_estimate` of ``command`` on ``ds``, checked with
+    :func:`check_estimate` before the job allocates; returns it in MB."""
+    parts = job_estimate(ds, ranks, command, model=model, **kw)
+    d = _facts(ds)
+    c = d["classes"]
     what = f"mgg {command} on {ranks} rank(s)"
-    if c > 2**24 and not multi:
+    if c > 2**24 and not d["multilabel"]:
         what += (
             f" with {c:,} classes (the largest label is {c - 1:,}; an output layer of {c:,} rows)"
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -14,18 +14,20 @@ import torch
 import torch.nn.functional as F
 
 from . import checkpoint
+from .arrays import to_host
 from .backend import Backend, get_backend
 from .distgraph import DistGraph
 from .errors import DivergedError, InputError
 from .graph.core import job_graph
 from .graph.dataset import Dataset, random_features
 from .harness.timing import slowest
-from .knobs import Knobs
+from .knobs import Knobs, space
 from .partition.shards import ShardedDataset
 from .progress import progress
 from .torch import SparseRows, as_features, graph_kind, sync_gradients
 from .tuner import Protocol, Workload, drive
 
+FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
 FEATURELESS_IDENTITY_MAX = 200_000  # up to this many nodes, featureless graphs get one-hot ids
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
 
@@ -35,6 +37,8 @@ class LocalData:
     """This rank's rows of the node data (n = ub - lb), on the job's device.
 
     x  float32 tensor [n, F] or SparseRows;  y int64 tensor [n];  masks bool tensors [n]
+    identity  what the job trains on, the same on every rank (prepare; checkpoints record
+              it and a resume must match it: mgg.checkpoint.check_data)
     """
 
     x: torch.Tensor | SparseRows
@@ -45,6 +49,7 @@ class LocalData:
     num_features: int
     num_classes: int
     notes: str = ""
+    identity: dict = field(default_factory=dict)
 
 
 def prepare(
@@ -57,6 +62,7 @@ def prepare(
     row_normalize: bool = False,
     design: str = "pipelined",
     backend: str | Backend = "cpu",
+    source: dict | None = None,
     **given,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
@@ -71,6 +77,12 @@ def prepare(
     without features get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random
     ones. Wide dense features that are mostly zeros (bag-of-words) are stored sparse.
     ``row_normalize`` scales each feature row to sum 1 (Kipf & Welling's preprocessing).
+    ``source``: where ``dataset`` came from (``mgg.graph.specs.dataset_source``; a sharded
+    dataset's default is its manifest's), recorded in ``LocalData.identity`` with the
+    sizes, graph kind and the flags that changed the data (row_normalize; seed where it
+    made the split or the features). It identifies a file by its size and head and tail,
+    so it is the same at any rank count and for a sharded dataset as for the file it was
+    partitioned from.
     """
     kind = graph_kind(model)
     be = get_backend(backend)
@@ -83,6 +95,8 @@ def prepare(
         shard = dataset.open(rank, size)
         dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs)
         rows, n = shard.rows, dataset.num_nodes
+        source = dataset.manifest.get("source") if source is None else source
+        seeded = False  # its split was made when it was partitioned
     else:
         if dataset.y is None:
             raise ValueError(
@@ -91,6 +105,7 @@ def prepare(
         g = job_graph(dataset.graph, kind)
         dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
         rows, n = dataset.rows(dg.lb, dg.ub, seed), dataset.graph.num_nodes
+        seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split
     dg.seed = seed
     lb, ub = dg.lb, dg.ub
     notes = rows.notes
@@ -101,6 +116,7 @@ def prepare(
         else:
             x = random_features(seed, lb, ub, 64)
             notes += "; features: 64 seeded random"
+            seeded = True
     else:
         x = rows.x
         if sp.issparse(x):
@@ -136,6 +152,18 @@ def prepare(
         num_classes=int(rows.num_classes),
         notes=notes.strip("; "),
     )
+    where = dict(source or {})
+    data.identity = {
+        "dataset": rows.name,
+        "path": where.pop("path", None),
+        "source": {k: v for k, v in where.items() if k != "num_edges"} or None,
+        "num_nodes": int(n),
+        "num_features": data.num_features,
+        "num_classes": data.num_classes,
+        "graph_kind": kind,
+        "row_normalize": bool(row_normalize and rows.x is not None),
+        **({"seed": seed} if seeded else {}),
+    }
     return dg, data
 
 
@@ -152,6 +180,11 @@ class Trainer:
     binary cross-entropy with logits averaged over train rows and tasks, and the metric
     (still reported as train_acc / val_acc / test_acc) is OGB's ROC-AUC over each global
     split (:func:`rocauc`); ``metric`` says which.
+
+    ``checkpoint_dir``: rank 0 locks it for the trainer's life and fit() writes a
+    checkpoint there every ``checkpoint_every`` epochs (0: none between) and after the
+    last. ``tune``: search the knobs (``tune_space``, default the device's) in the first
+    epochs; knobs this job sets (``config``, flags) are held, not searched.
     """
 
     def __init__(
@@ -188,7 +221,8 @@ class Trainer:
             or checkpoint_every < 0
         ):
             raise InputError(
-                f"--checkpoint-every must be an integer >= 0 (0: never), got {checkpoint_every!r}"
+                f"--checkpoint-every must be an integer >= 0 (0: only after the last epoch), "
+                f"got {checkpoint_every!r}"
             )
         if checkpoint_every and not checkpoint_dir:
             raise InputError(
@@ -201,6 +235,7 @@ class Trainer:
             checkpoint.lock(self.checkpoint_dir, self.comm) if checkpoint_dir else None
         )
         self._resumed_from = None  # the checkpoint whose epoch fit() must not run past
+        self._saved = None  # the epoch of the last checkpoint written
         self.eval_every = eval_every
         self.log = log if self.lead else None
         self.progress_bar = progress_bar
@@ -218,6 +253,20 @@ class Trainer:
             graph.configure(config)
         elif config:
             graph.configure(**config)
+        if tune:
+            self.tune_space = self._space(tune_space)
+
+    def _space(self, grid: dict | None) -> dict:
+        """The tuner's space with the knobs this job sets (config, flags) held at their
+        value; refused when that leaves nothing to search."""
+        grid = dict(grid or space(self.g.backend.device()))
+        fixed = [k for k in grid if k in self.g.knobs.given]
+        if len(fixed) == len(grid):
+            raise InputError(
+                f"--tune searches {', '.join(grid)}, and --config (or their flags) sets every "
+                "one: nothing to tune; drop --tune, or the knobs it should search"
+            )
+        return {**grid, **{k: [getattr(self.g.knobs, k)] for k in fixed}}
 
     def _sum(self, values) -> np.ndarray:
         a = np.asarray(values, np.float64)
@@ -246,16 +295,45 @@ class Trainer:
         sync_gradients(self.model.parameters(), self.comm)
         total = float(self._sum([loss.item()])[0])
         if not np.isfinite(total):
-            lr = self.opt.param_groups[0].get("lr")
-            raise DivergedError(
-                f"training diverged: the loss is {total} at epoch {self.epoch + 1} "
-                f"(learning rate {lr:g}): lower the learning rate"
-            )
+            raise DivergedError(self._not_finite(total))
         self.opt.step()
         self.epoch += 1
         if self.check_sync:
             self._check_weights_agree()
         return total, time.perf_counter() - t0
+
+    def _not_finite(self, total: float) -> str:
+        """What a NaN/inf loss means (collective): the features are not finite, or too
+        large for float32 arithmetic (beyond sqrt(float32 max) their products overflow);
+        the model overflows on its first step (no optimizer step yet); else the learning
+        rate made training diverge."""
+        x = self.data.x
+        v = torch.as_tensor(to_host(x.m.data)) if isinstance(x, SparseRows) else x.detach()
+        ok = torch.isfinite(v)
+        local = [float((~ok).sum()), float(v[ok].abs().max()) if bool(ok.any()) else 0.0]
+        if self.comm is not None:
+            every = np.array(self.comm.allgather(local))
+            local = [every[:, 0].sum(), every[:, 1].max()]
+        bad, big = local
+        name = self.data.identity.get("dataset")
+        what = f"the features of {name!r}" if name else "the input features"
+        loss = f"the loss is {total} at epoch {self.epoch + 1}"
+        if bad:
+            return f"{loss}: {what} hold {bad:.0f} NaN/inf values (not a learning-rate problem)"
+        if big > FLOAT32_SAFE:
+            return (
+                f"{loss}: {what} reach {big:.3g} in magnitude, which overflows float32 "
+                f"arithmetic (products beyond {np.finfo(np.float32).max:.3g}): scale them "
+                "down, e.g. --row-normalize (not a learning-rate problem)"
+            )
+        if self.epoch == 0:
+            return (
+                f"{loss}, before any optimizer step (not a learning-rate problem): the "
+                f"model's float32 arithmetic overflows on {what} (up to {big:.3g} in "
+                "magnitude) with its initial weights"
+            )
+        lr = self.opt.param_groups[0].get("lr")
+        return f"training diverged: {loss} (learning rate {lr:g}): lower the learning rate"
 
     def weights_digest(self) -> str:
         h = hashlib.sha1()
@@ -343,10 +421,18 @@ class Trainer:
 
     # ---- the loop --------------------------------------------------------------------
     def fit(self, epochs: int) -> list[dict]:
-        """Train until ``epochs`` epochs in total are done (so a resumed run continues)."""
+        """Train until ``epochs`` epochs in total are done (so a resumed run continues);
+        with a checkpoint folder, a checkpoint every ``checkpoint_every`` epochs and one
+        after the last."""
+        if isinstance(epochs, bool) or not isinstance(epochs, int | np.integer) or epochs < 0:
+            raise InputError(
+                f"epochs (--epochs) must be an integer >= 0 (the total; 0: only evaluate), "
+                f"got {epochs!r}"
+            )
         if self._resumed_from is not None:
             checkpoint.check_epochs(self._resumed_from, self.epoch, epochs)
             self._resumed_from = None
+        start = self.epoch
         if self.tune and self.tuning is None and self.epoch < epochs:
             self._search(epochs)
         bar = progress(total=epochs, desc="train", unit="epoch", enable=self.progress_bar)
@@ -371,13 +457,16 @@ class Trainer:
                         else f"  train {metric(rec['train_acc'])}  val {metric(rec['val_acc'])}"
                     )
                     self.log(f"epoch {self.epoch:4d}  loss {loss:.4f}{acc}  {secs * 1e3:8.1f} ms")
-                if (
-                    self.checkpoint_dir
-                    and self.checkpoint_every
-                    and self.epoch % self.checkpoint_every == 0
-                ):
-                    self.save_checkpoint(self.checkpoint_dir / f"epoch{self.epoch:05d}.pt")
+                if self.checkpoint_every and self.epoch % self.checkpoint_every == 0:
+                    self._checkpoint()
+        if self.epoch > start and self._saved != self.epoch:
+            self._checkpoint()  # after the last epoch (the search's too)
         return self.history
+
+    def _checkpoint(self) -> None:
+        if self.checkpoint_dir:
+            self.save_checkpoint(self.checkpoint_dir / f"epoch{self.epoch:05d}.pt")
+            self._saved = self.epoch
 
     @property
     def bytes_per_epoch(self) -> float | None:
@@ -449,6 +538,7 @@ class Trainer:
             "graph_config": self.g.config,
             "tuning": self.tuning,
             "ranks": self.g.size,
+            **({"data": self.data.identity} if self.data.identity else {}),
         }
         return checkpoint.save(path, self.model, self.opt, meta, self.comm)
 
@@ -456,9 +546,13 @@ class Trainer:
         """Collective: rank 0 reads and validates the checkpoint (tensors and plain data
         only, nothing pickled runs; mgg.checkpoint.read), every rank takes its weights,
         optimizer state, epoch and history, and the tuned knobs valid for this job (at any
-        rank count; the others are dropped with a note). ``epochs``: the run's total, which
-        the checkpoint's epoch must not exceed (else fit() checks it)."""
-        meta = checkpoint.load(path, self.model, self.opt, self.comm, epochs)
+        rank count; the others are dropped with a note). Refused when it was trained on
+        other data or preprocessing flags than ``data.identity`` (a checkpoint that does not
+        say: a warning). ``epochs``: the run's total, which the checkpoint's epoch must not
+        exceed (else fit() checks it)."""
+        meta = checkpoint.load(
+            path, self.model, self.opt, self.comm, epochs, data=self.data.identity
+        )
         self.epoch = meta["epoch"]
         self.history = list(meta.get("history", []))
         self.tuning = meta.get("tuning")

@@ -130,13 +130,15 @@ def shards(nodes):
     def make(tmp):
         d = tmp / "big-2"
         d.mkdir()
+        from mgg.partition.shards import VERSION, seal
+
         manifest = dict(
-            format="mgg-shards", version=1, run="r", np=2, num_nodes=nodes, num_edges=nodes,
+            format="mgg-shards", version=VERSION, run="r", np=2, num_nodes=nodes, num_edges=nodes,
             ps=16, bounds=[0, nodes // 2, nodes], graph_kind="gcn_norm", digests=["", ""],
             files=[{}, {}], symmetric=True, name="big", num_features=100, num_classes=10,
-            features="dense", labels=True,
+            features="dense", labels=True, fingerprint="",
         )  # fmt: skip
-        (d / "manifest.json").write_text(json.dumps(manifest))
+        (d / "manifest.json").write_text(json.dumps(seal(manifest)))
         return d
 
     return make

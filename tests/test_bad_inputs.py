@@ -9,7 +9,9 @@ The corpus grows with every bad input a user finds: add a row.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -19,12 +21,19 @@ from mgg.cli import main
 
 P = "planted:nodes=300,classes=3"
 N = 120
+BIG = str(10**20)  # past every integer flag's range
+INT = r"\[\d+, 2147483647\]"
 
 CASES = [
     # ---- train: flags -------------------------------------------------------------------
-    ("dist-0", ["train", "--dataset", P, "--dist", "0"], 2, r"--dist: must be >= 1, got 0"),
-    ("hidden-0", ["train", "--dataset", P, "--hidden", "0"], 2, r"--hidden: must be >= 1"),
-    ("layers-0", ["train", "--dataset", P, "--layers", "0"], 2, r"--layers: must be >= 1"),
+    (
+        "dist-0",
+        ["train", "--dataset", P, "--dist", "0"],
+        2,
+        r"--dist: must be in \[1, 2147483647\], got 0",
+    ),
+    ("hidden-0", ["train", "--dataset", P, "--hidden", "0"], 2, r"--hidden: must be in \[1, "),
+    ("layers-0", ["train", "--dataset", P, "--layers", "0"], 2, r"--layers: must be in \[1, "),
     ("heads-0", ["train", "--dataset", P, "--model", "gat", "--heads", "0"], 2, r"--heads: must"),
     ("lr-nan", ["train", "--dataset", P, "--lr", "nan"], 2, r"--lr: must be a finite number > 0"),
     ("lr-inf", ["train", "--dataset", P, "--lr", "inf"], 2, r"--lr: must be a finite number > 0"),
@@ -46,7 +55,7 @@ CASES = [
     ),
     ("wd-neg", ["train", "--dataset", P, "--weight-decay", "-1"], 2, r"--weight-decay: must be a"),
     ("wd-nan", ["train", "--dataset", P, "--weight-decay", "nan"], 2, r"--weight-decay: must be a"),
-    ("epochs-neg", ["train", "--dataset", P, "--epochs", "-1"], 2, r"--epochs: must be >= 0"),
+    ("epochs-neg", ["train", "--dataset", P, "--epochs", "-1"], 2, r"--epochs: must be in \[0, "),
     ("epochs-float", ["train", "--dataset", P, "--epochs", "1.5"], 2, r"--epochs: expected an int"),
     (
         "epochs-digits",
@@ -54,7 +63,12 @@ CASES = [
         2,
         r"--epochs: expected an",
     ),
-    ("seed-neg", ["train", "--dataset", P, "--seed", "-3"], 2, r"--seed: must be >= 0, got -3"),
+    (
+        "seed-neg",
+        ["train", "--dataset", P, "--seed", "-3"],
+        2,
+        r"--seed: must be in \[0, 2147483647\], got -3",
+    ),
     (
         "scale-inf",
         ["train", "--dataset", "products", "--scale", "inf"],
@@ -73,8 +87,18 @@ CASES = [
         2,
         r"--scale: must be a fin",
     ),
-    ("ps-0", ["train", "--dataset", P, "--ps", "0"], 2, r"--ps: must be >= 1, got 0"),
-    ("eval-neg", ["train", "--dataset", P, "--eval-every", "-1"], 2, r"--eval-every: must be >= 0"),
+    (
+        "ps-0",
+        ["train", "--dataset", P, "--ps", "0"],
+        2,
+        r"--ps: must be in \[1, 2147483647\], got 0",
+    ),
+    (
+        "eval-neg",
+        ["train", "--dataset", P, "--eval-every", "-1"],
+        2,
+        r"--eval-every: must be in \[0, ",
+    ),
     ("ckpt-every-neg", ["train", "--dataset", P, "--checkpoint-every", "-1"], 2, r"--checkpoint-e"),
     ("config-bad-json", ["train", "--dataset", P, "--config", "{bad"], 2, r"--config: not JSON \("),
     (
@@ -87,19 +111,19 @@ CASES = [
         "config-zero",
         ["train", "--dataset", P, "--config", '{"ps": 0}'],
         2,
-        r"--config key 'ps': must be >= 1, got 0$",
+        r"--config key 'ps': must be in \[1, 2147483647\], got 0$",
     ),
     (
         "config-text",
         ["train", "--dataset", P, "--config", '{"dist": "a"}'],
         2,
-        r"--config key 'dist': must be an integer >= 1, got 'a'$",
+        r"--config key 'dist': must be an integer in \[1, 2147483647\], got 'a'$",
     ),
     (
         "config-bool",
         ["train", "--dataset", P, "--config", '{"ps": true}'],
         2,
-        r"--config key 'ps': must be an integer >= 1, got True$",
+        r"--config key 'ps': must be an integer in \[1, 2147483647\], got True$",
     ),
     ("config-list", ["train", "--dataset", P, "--config", "[1]"], 2, r"--config: knobs are a JSON"),
     (
@@ -250,11 +274,21 @@ CASES = [
     ("multilabel-nosplit", ["train", "--dataset", "{d}/multilabel.npz"], 2, r"need a split"),
     ("inf-weights", ["train", "--dataset", "{d}/inf_weights.npz"], 2, r"weights.*must be finite"),
     # ---- check --------------------------------------------------------------------------
-    ("check-dim-neg", ["check", P, "--dim", "-2"], 2, r"--dim: must be >= 1, got -2"),
-    ("check-dim-0", ["check", P, "--dim", "0"], 2, r"--dim: must be >= 1, got 0"),
-    ("check-repeat-0", ["check", P, "--repeat", "0"], 2, r"--repeat: must be >= 1, got 0"),
-    ("check-ps", ["check", P, "--ps", "-1"], 2, r"--ps: must be >= 1"),
-    ("check-dist", ["check", P, "--dist", "0"], 2, r"--dist: must be >= 1"),
+    (
+        "check-dim-neg",
+        ["check", P, "--dim", "-2"],
+        2,
+        r"--dim: must be in \[1, 2147483647\], got -2",
+    ),
+    ("check-dim-0", ["check", P, "--dim", "0"], 2, r"--dim: must be in \[1, 2147483647\], got 0"),
+    (
+        "check-repeat-0",
+        ["check", P, "--repeat", "0"],
+        2,
+        r"--repeat: must be in \[1, 2147483647\], got 0",
+    ),
+    ("check-ps", ["check", P, "--ps", "-1"], 2, r"--ps: must be in \[1, "),
+    ("check-dist", ["check", P, "--dist", "0"], 2, r"--dist: must be in \[1, "),
     ("check-op", ["check", P, "--op", "foo"], 2, r"unknown op or design 'foo'"),
     ("check-design", ["check", P, "--designs", "foo"], 2, r"unknown op or design 'foo'"),
     (
@@ -269,10 +303,25 @@ CASES = [
     ("check-missing", ["check", "{d}/nosuch.txt"], 2, r"nosuch.txt.*not an existing file"),
     ("check-neg-w", ["check", "{d}/neg_weights.npz", "--op", "gcn"], 2, r"neg_weights.*negative"),
     # ---- tune ---------------------------------------------------------------------------
-    ("tune-budget-0", ["tune", P, "--budget", "0"], 2, r"--budget: must be >= 1, got 0"),
-    ("tune-repeat-0", ["tune", P, "--repeat", "0"], 2, r"--repeat: must be >= 1, got 0"),
-    ("tune-dim-0", ["tune", P, "--dim", "0"], 2, r"--dim: must be >= 1, got 0"),
-    ("tune-confirm", ["tune", P, "--confirm", "-1"], 2, r"--confirm: must be >= 0, got -1"),
+    (
+        "tune-budget-0",
+        ["tune", P, "--budget", "0"],
+        2,
+        r"--budget: must be in \[1, 2147483647\], got 0",
+    ),
+    (
+        "tune-repeat-0",
+        ["tune", P, "--repeat", "0"],
+        2,
+        r"--repeat: must be in \[1, 2147483647\], got 0",
+    ),
+    ("tune-dim-0", ["tune", P, "--dim", "0"], 2, r"--dim: must be in \[1, 2147483647\], got 0"),
+    (
+        "tune-confirm",
+        ["tune", P, "--confirm", "-1"],
+        2,
+        r"--confirm: must be in \[0, 2147483647\], got -1",
+    ),
     ("tune-op", ["tune", P, "--op", "foo"], 2, r"unknown aggregation op 'foo'"),
     ("tune-start", ["tune", P, "--start", "foo"], 2, r"--start: invalid choice"),
     (
@@ -288,11 +337,11 @@ CASES = [
         2,
         r"--repeat 5 is more than --max-repeat 3",
     ),
-    ("tune-grid-rounds", ["tune", P, "--grid-rounds", "0"], 2, r"--grid-rounds: must be >= 1"),
+    ("tune-grid-rounds", ["tune", P, "--grid-rounds", "0"], 2, r"--grid-rounds: must be in \[1, "),
     # ---- partition ----------------------------------------------------------------------
-    ("part-np-0", ["partition", P, "--np", "0"], 2, r"--np: must be >= 1, got 0"),
+    ("part-np-0", ["partition", P, "--np", "0"], 2, r"--np: must be in \[1, 2147483647\], got 0"),
     ("part-np-missing", ["partition", P], 2, r"--np P is required"),
-    ("part-ps-0", ["partition", P, "--np", "2", "--ps", "0"], 2, r"--ps: must be >= 1"),
+    ("part-ps-0", ["partition", P, "--np", "2", "--ps", "0"], 2, r"--ps: must be in \[1, "),
     ("part-model", ["partition", P, "--np", "2", "--model", "foo"], 2, r"unknown model 'foo'"),
     (
         "part-out-notr",
@@ -340,6 +389,105 @@ CASES = [
         2,
         r"nosuch/x.txt: cannot write it: its folder does not exist$",
     ),
+    # ---- integers past their range (they overflowed in numpy, numba or torch) -----------
+    ("ps-huge", ["train", "--dataset", P, "--ps", BIG], 2, rf"--ps: must be in {INT}, got {BIG}$"),
+    (
+        "check-ps-huge",
+        ["check", P, "--ps", BIG],
+        2,
+        rf"argument --ps: must be in {INT}, got {BIG}$",
+    ),
+    (
+        "config-ps-huge",
+        ["train", "--dataset", P, "--config", f'{{"ps": {BIG}}}'],
+        2,
+        rf"--config key 'ps': must be in {INT}, got {BIG}$",
+    ),
+    (
+        "config-digits",
+        ["train", "--dataset", P, "--config", '{"dist": %s}' % ("9" * 5000)],
+        2,
+        r"argument --config: not JSON mgg reads \(Exceeds the limit \(4300 digits\)",
+    ),
+    ("seed-huge", ["train", "--dataset", P, "--seed", str(2**70)], 2, r"--seed: must be in \[0, "),
+    (
+        "check-seed-huge",
+        ["check", P, "--seed", str(2**64)],
+        2,
+        rf"--seed: must be in \[0, \d+\], got {2**64}$",
+    ),
+    (
+        "epochs-huge",
+        ["train", "--dataset", P, "--epochs", str(2**40)],
+        2,
+        r"--epochs: must be in \[0, ",
+    ),
+    ("part-np-huge", ["partition", P, "--np", BIG], 2, rf"--np: must be in {INT}, got {BIG}$"),
+    # ---- --scale where it sizes nothing ----------------------------------------------------
+    (
+        "scale-file",
+        ["check", "{d}/no_train.npz", "--scale", "0.5"],
+        2,
+        r"--scale 0.5 sizes a stand-in \(reddit, enwiki, products, proteins, orkut\), not a "
+        r"file: \S*no_train.npz$",
+    ),
+    (
+        "scale-rmat",
+        ["check", "rmat:scale=6", "--scale", "0.5"],
+        2,
+        r"--scale 0.5 sizes a stand-in .*, not an rmat spec \(its scale=K is log2 of the node "
+        r"count\): rmat:scale=6$",
+    ),
+    ("scale-planted", ["train", "--dataset", P, "--scale", "2"], 2, r"not a planted spec \(nod"),
+    (
+        "scale-twice",
+        ["check", "reddit:scale=0.001", "--scale", "0.5"],
+        2,
+        r"--scale 0.5 and 'reddit:scale=0.001' both give a scale: give one$",
+    ),
+    (
+        "scale-shards",
+        ["train", "--dataset", "{d}/shards", "--scale", "0.5"],
+        2,
+        r"--scale 0.5 sizes a stand-in .*, not a sharded dataset: \S*shards$",
+    ),
+    # ---- folders that are no dataset -----------------------------------------------------
+    (
+        "plain-folder",
+        ["check", "{d}/plain"],
+        2,
+        r"plain: is a folder, not a graph file, and not a sharded dataset \(no manifest.json\) "
+        r"nor an OGB dataset directory \(no raw/edge.csv.gz or raw/data.npz\)$",
+    ),
+    (
+        "shards-no-manifest",
+        ["train", "--dataset", "{d}/shards_nm"],
+        2,
+        r"shards_nm: holds the shards of a sharded dataset \(rank-0000/, ...\) but no "
+        r"manifest.json, which mgg partition --out writes last: ",
+    ),
+    (
+        "convert-shards",
+        ["convert", "{d}/shards", "{d}/s.npz"],
+        2,
+        r"shards: is a sharded dataset \(mgg partition --out\), whose shards hold partition "
+        rf"plans, not the graph: .*; convert its source \({P}\) instead$",
+    ),
+    (
+        "convert-folder",
+        ["convert", "{d}/plain", "{d}/p.npz"],
+        2,
+        r"plain: is a folder, not a graph file, and not an OGB dataset directory \(no raw/",
+    ),
+    # ---- convert: outputs of no format mgg writes ------------------------------------------
+    (
+        "convert-npy",
+        ["convert", "{d}/no_train.npz", "{d}/out.npy"],
+        2,
+        r"out.npy: mgg writes no '.npy' files; it writes .npz \(everything\), .txt/.csv/",
+    ),
+    ("convert-bare", ["convert", P, "{d}/out"], 2, r"out: mgg writes no files without a suffix"),
+    ("convert-npz-gz", ["convert", P, "{d}/o.npz.gz"], 2, r"mgg writes no '.npz.gz' files"),
     ("info-extra", ["info", "extra"], 2, r"unrecognized arguments: extra"),
     ("no-command", [], 2, r""),
     ("unknown-command", ["nosuch"], 2, r"invalid choice: 'nosuch'"),
@@ -396,6 +544,10 @@ def corpus(tmp_path_factory):
     _write(d / "multilabel.npz", y=y2, train_mask=None, val_mask=None, test_mask=None)
     _write(d / "train_only.npz", val_mask=None, test_mask=None)
     _write(d / "neg_weights_ok.npz", weights=-0.5)
+    (d / "plain").mkdir()
+    assert main(["partition", P, "--np", "2", "--out", str(d / "shards")]) == 0
+    shutil.copytree(d / "shards", d / "shards_nm")
+    (d / "shards_nm" / "manifest.json").unlink()
     return d
 
 
@@ -482,3 +634,14 @@ def test_the_cuda_backend_without_cupy_names_the_gpu_extra(cmd, capsys, monkeypa
         f"mgg {cmd[0]}: error: No module named 'cupy': the cuda backend needs the gpu extra "
         "(pip install 'mgg[gpu]', or 'mgg[gpu-cu12]' with CUDA 12 drivers)"
     ]
+
+
+def test_convert_writes_nothing_where_the_suffix_is_no_format_it_writes(corpus, capsys, tmp_path):
+    src = str(corpus / "train_only.npz")
+    for name in ("out.npy", "out", "o.npz.gz", "x.gz", "g.bin"):
+        code, out, err = _run(["convert", src, str(tmp_path / name)], None, capsys)
+        assert code == 2 and f"{name}: mgg writes no " in err, err
+        assert "; it writes .npz (everything)" in err
+    assert os.listdir(tmp_path) == []  # not a file, not a temporary
+    code, out, err = _run(["convert", src, str(tmp_path / "ok.el.gz")], None, capsys)
+    assert code == 0 and os.listdir(tmp_path) == ["ok.el.gz"], err

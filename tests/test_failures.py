@@ -1,7 +1,10 @@
 """How mggrun jobs fail: real mpiexec runs that are killed, interrupted or refused, and
-what they leave in /dev/shm (MPICH's intranode segment, /dev/shm/mpich_shm_*)."""
+what they leave in /dev/shm (MPICH's intranode segment, /dev/shm/mpich_shm_*) and /tmp
+(hydra's topology file, /tmp/hydra_hwloc_xmlfile_*)."""
 
+import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +20,8 @@ from conftest import ROOT, mpirun
 pytestmark = pytest.mark.mpi
 
 SHM = Path("/dev/shm")
+TMP = Path("/tmp")
+HYDRA_FILE = "/tmp/hydra_hwloc_xmlfile_"
 needs_linux = pytest.mark.skipif(
     not (SHM.is_dir() and Path("/proc/self/maps").exists()), reason="needs /dev/shm and /proc"
 )
@@ -39,10 +44,10 @@ def _descendants(root: int) -> list[int]:
     return out
 
 
-def _ranks(root: int) -> dict[int, int]:
-    """{MGG_RANK: pid} of the ranks below the mggrun process ``root``."""
+def _ranks(pids) -> dict[int, int]:
+    """{MGG_RANK: pid} of the ranks among ``pids``."""
     out = {}
-    for pid in _descendants(root):
+    for pid in pids:
         try:
             env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -52,6 +57,31 @@ def _ranks(root: int) -> dict[int, int]:
         if rank and b"--mgg-rank-shim" not in cmd:
             out[int(rank[0][9:])] = pid
     return out
+
+
+def _held(pids, prefix: str) -> set[str]:
+    """The files named ``prefix``* that these processes hold open."""
+    out = set()
+    for pid in pids:
+        try:
+            fds = list(os.scandir(f"/proc/{pid}/fd"))
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd.path)
+            except OSError:
+                continue
+            if target.startswith(prefix):
+                out.add(target.removesuffix(" (deleted)"))
+    return out
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _segments(pids) -> dict[str, bool]:
@@ -77,16 +107,21 @@ def _end_jobs():
     """A failed test must not leave its job running."""
     yield
     while _JOBS:
-        proc = _JOBS.pop().proc
-        if proc.poll() is None:
-            proc.kill()  # mpiexec, dying with mggrun, ends the ranks
-            proc.communicate()
+        job = _JOBS.pop()
+        if job.proc.poll() is None:
+            job.proc.kill()  # mpiexec, dying with mggrun, ends the ranks
+            job.proc.communicate()
+        for pid in job.running():  # what outlived a killed mggrun
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 class Job:
-    """mggrun run in the background, watching which MPICH segments its ranks map."""
+    """mggrun run in the background, watching its processes (``pids``), the MPICH
+    segments its ranks map (``seen``) and the hydra topology files they hold (``hydra``)."""
 
     def __init__(self, np_, *args, env=None):
+        self.before = {d: set(os.listdir(d)) for d in (TMP, SHM)}
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(np_), *map(str, args)],
             stdout=subprocess.PIPE,
@@ -97,15 +132,24 @@ class Job:
         )
         self.seen: dict[str, bool] = {}
         self.ranks: dict[int, int] = {}
+        self.pids: set[int] = {self.proc.pid}
+        self.hydra: set[str] = set()
         _JOBS.append(self)
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _watch(self):
         while self.proc.poll() is None:
-            self.ranks.update(_ranks(self.proc.pid))
+            pids = _descendants(self.proc.pid)
+            self.pids.update(pids)
+            self.ranks.update(_ranks(pids))
+            self.hydra |= _held(pids, HYDRA_FILE)
             for path, linked in _segments(self.ranks.values()).items():
                 self.seen[path] = self.seen.get(path, False) or linked
             time.sleep(0.05)
+
+    def running(self) -> list[int]:
+        """The job's processes still running (after mggrun they may have outlived it)."""
+        return [pid for pid in self.pids if _running(pid)]
 
     def wait_for(self, cond, timeout=90):
         end = time.monotonic() + timeout
@@ -126,8 +170,17 @@ class Job:
 
 
 def _left_over(job: Job) -> list[str]:
+    """What the job made in /dev/shm and /tmp that outlived it: the MPICH segments its
+    ranks mapped, the hydra files its processes held, and new names that carry one of its
+    pids (other jobs run beside this one: only names this job could have made count)."""
     assert job.seen, "the job's segment was never seen"
-    return [p for p in job.seen if os.path.exists(p)]
+    left = [p for p in sorted(job.seen.keys() | job.hydra) if os.path.exists(p)]
+    for folder, before in job.before.items():
+        for name in sorted(set(os.listdir(folder)) - before):
+            numbers = re.findall(r"(?<![0-9A-Za-z])[0-9]+(?![0-9A-Za-z])", name)
+            if job.pids & set(map(int, numbers)):
+                left.append(str(folder / name))
+    return left
 
 
 @pytest.mark.parametrize("np_", ["0", "-2"])
@@ -251,6 +304,123 @@ def test_sigterm_to_mggrun_leaves_no_shm(tmp_path):
     job.proc.send_signal(signal.SIGTERM)
     job.finish(timeout=30)
     assert job.proc.returncode != 0
+    assert _left_over(job) == []
+
+
+# ---- the harness: a real 2-rank `mgg train`, ended each way, and what it leaves ------------
+STAND_IN = "products:scale=0.002"
+
+
+def _ended(job: Job, timeout=30) -> list[int]:
+    """Wait for every process of the job to end (after a SIGKILL of mggrun they outlive
+    it); those still running at ``timeout``."""
+    end = time.monotonic() + timeout
+    while job.running() and time.monotonic() < end:
+        time.sleep(0.1)
+    return job.running()
+
+
+def _kill(job: Job, how: str) -> None:
+    if how == "sigkill-rank":
+        os.kill(job.ranks[1], signal.SIGKILL)
+    elif how == "sigkill-mggrun":
+        job.proc.kill()
+    elif how != "none":
+        job.proc.send_signal(getattr(signal, how.upper()))
+
+
+# how the job ends: (mggrun's exit code, its stderr lines; None: any but 0 / not checked)
+ENDINGS = {
+    "none": (0, None),
+    "sigterm": (143, ["mgg train: terminated"]),
+    "sigint": (130, ["mgg train: interrupted"]),
+    "sighup": (129, ["mgg train: hung up"]),
+    "sigkill-rank": (None, None),
+    "sigkill-mggrun": (-signal.SIGKILL, None),
+}
+
+
+@needs_linux
+@pytest.mark.parametrize("how", list(ENDINGS))
+def test_a_job_ended_any_way_ends_whole_and_leaves_nothing(how):
+    """Done, stopped by a signal to mggrun, a rank killed, mggrun itself killed: every
+    process of the job ends, mggrun exits with the documented code and line, and nothing
+    the job made stays in /tmp (hydra's topology file) or /dev/shm (MPICH's segments)."""
+    epochs = 3 if how == "none" else 10**6
+    job = Job(2, "mgg", "train", "--dataset", STAND_IN, "--epochs", epochs)
+    if how != "none":
+        job.wait_for(lambda: job.training(2))
+        time.sleep(1.0)  # into the epochs
+    _kill(job, how)
+    out, err = job.finish(timeout=60)
+    assert _ended(job) == [], f"processes of the job still run after it ended ({how})"
+    code, lines = ENDINGS[how]
+    if code is None:
+        assert job.proc.returncode != 0
+    else:
+        assert job.proc.returncode == code, err[-3000:]
+    if lines is not None:
+        assert err.strip().splitlines() == lines
+        assert "TERMINATION" not in out, out[-1500:]
+    assert _left_over(job) == []
+
+
+def test_what_the_ranks_run_tells_an_mgg_job_however_it_is_spelled():
+    from mgg.launch import SHIM, mgg_subcommand
+
+    venv_mgg = [sys.executable, str(Path(sys.executable).parent / "mgg"), "train", "-x"]
+    assert mgg_subcommand(venv_mgg) == "train"  # a console script, as the kernel runs it
+    assert mgg_subcommand(["python3", "-u", "-X", "dev", "-m", "mgg", "tune"]) == "tune"
+    assert mgg_subcommand(["python", "-m", "mgg.launch", SHIM, "mgg", "check"]) == "check"
+    assert mgg_subcommand(["python", "-m", "mgg.launch", SHIM, "/v/bin/mgg", "info"]) == "info"
+    for other in (["sh", "run.sh", "train"], ["python", "job.py", "train"], ["mgg", "--help"]):
+        assert mgg_subcommand(other) is None, other
+    assert mgg_subcommand(["python", "-c", "pass", "mgg", "train"]) is None
+
+
+WRAPPER = """#!/bin/sh
+# a wrapper that runs mgg as its child (no exec)
+{python} -m mgg "$@"
+"""
+
+
+@needs_linux
+@pytest.mark.parametrize("spelling", ["path", "python -m", "wrapper"])
+def test_sigterm_ends_an_mgg_job_cleanly_however_the_command_is_spelled(spelling, tmp_path):
+    """Not only `mgg`: a path to it (a virtualenv not activated), `python -m mgg`, a
+    script that runs mgg as its child all get mgg's quiet ending (no MPICH banner)."""
+    wrapper = tmp_path / "run.sh"
+    wrapper.write_text(WRAPPER.format(python=sys.executable))
+    wrapper.chmod(0o755)
+    command = {
+        "path": [Path(sys.executable).parent / "mgg"],
+        "python -m": ["python", "-m", "mgg"],
+        "wrapper": [wrapper],
+    }[spelling]
+    job = Job(2, *command, "train", "--dataset", STAND_IN, "--epochs", 10**6)
+    job.wait_for(lambda: job.training(2))
+    time.sleep(1.0)
+    job.proc.send_signal(signal.SIGTERM)
+    out, err = job.finish(timeout=60)
+    assert _ended(job) == []
+    assert job.proc.returncode == 143, err[-3000:]
+    assert err.strip().splitlines() == ["mgg train: terminated"]
+    assert "TERMINATION" not in out, out[-1500:]
+    assert _left_over(job) == []
+
+
+@needs_linux
+def test_sigkill_of_mggrun_still_ends_the_job_and_removes_its_segment(tmp_path):
+    """mggrun killed while the ranks hold MPICH's segment linked (plain mpi4py keeps it
+    until MPI_Finalize): the job ends anyway, and its segment goes."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(MPI4PY_JOB))
+    job = Job(2, "python", script, tmp_path / "never")
+    job.wait_for(lambda: len(job.ranks) == 2 and any(job.seen.values()))
+    job.proc.kill()
+    job.finish(timeout=60)
+    assert _ended(job) == []
+    assert job.proc.returncode == -signal.SIGKILL
     assert _left_over(job) == []
 
 

@@ -271,8 +271,8 @@ def test_resolve_standin():
     assert ds.meta["params"]["seed"] == 2
     via_arg = resolve("products", scale=0.0005, seed=2)
     assert same_graph(ds.graph, via_arg.graph)
-    spec_wins = resolve("products:scale=0.0005", scale=0.01)
-    assert spec_wins.graph.num_nodes == ds.graph.num_nodes
+    with pytest.raises(ValueError, match="both give a scale"):  # an InputError
+        resolve("products:scale=0.0005", scale=0.01)
     assert resolve("products:scale=0.0005,features=0").x is None
 
 

@@ -85,6 +85,52 @@ def test_from_scipy_orientation_and_weights():
     fails(lambda: from_scipy(np.eye(2)), "matrix must be a scipy sparse matrix")
 
 
+def test_explicit_zeros_of_a_matrix_are_not_edges():
+    """A[v, u] != 0 is an edge: a stored 0 (left by arithmetic, or given) is not one."""
+    a = sp.csr_matrix(
+        (np.array([2.0, 0.0, 1.0, 0.0]), np.array([1, 0, 0, 2]), np.array([0, 2, 2, 4])),
+        shape=(3, 3),
+    )
+    assert a.nnz == 4  # two of them explicit zeros
+    ds = from_scipy(a)
+    assert edge_set(ds.graph, True) == [(0, 2, 1.0), (1, 0, 2.0)]
+    g = Graph.from_scipy(a)
+    assert edge_set(g, True) == [(0, 2, 1.0), (1, 0, 2.0)]
+    assert a.nnz == 4  # the caller's matrix is left as it was
+    ones = sp.coo_matrix((np.array([1, 0, 1]), (np.array([0, 1, 1]), np.array([1, 0, 1]))))
+    assert from_scipy(ones).graph.weights is None  # only the stored ones are left: unweighted
+    assert Graph.from_scipy(ones).weights is None
+
+
+def test_a_node_id_past_memory_is_a_resource_error_naming_the_argument(monkeypatch):
+    """The CSR has a row per id up to the largest: an id of 2**40 would allocate 8 TiB."""
+    from mgg.errors import ResourceError
+
+    monkeypatch.delenv("MGG_MEMORY_LIMIT", raising=False)
+    ids = np.array([[0, 2**40], [1, 0]])
+    cases = {
+        "edge_index": lambda: from_edge_index(ids, train_mask=np.array([0])),
+        "src, dst": lambda: from_arrays(ids[0], ids[1]),
+        "from_edges": lambda: Graph.from_edges(ids[0], ids[1]),
+        "matrix": lambda: from_scipy(sp.coo_matrix(([1.0], ([0], [1])), shape=(2**40, 2**40))),
+        "from_scipy": lambda: Graph.from_scipy(sp.coo_matrix(([1.0], ([0], [1])), (2**40,) * 2)),
+    }
+    for source, call in cases.items():
+        with pytest.raises(ResourceError) as e:
+            call()
+        assert re.match(
+            rf"{source}: a graph of 1,099,511,627,77\d nodes and \d edges \(its CSR( and the "
+            r"build)?\) needs \d+\.\d TiB but this rank has ",
+            str(e.value),
+        ), str(e.value)
+    assert "so N = max id + 1" in str(pytest.raises(ResourceError, cases["src, dst"]).value)
+    huge_n = pytest.raises(ResourceError, lambda: from_arrays([0], [1], num_nodes=2**70)).value
+    assert "check the sizes the input declares" in str(huge_n)  # not the ids: num_nodes
+    monkeypatch.setenv("MGG_MEMORY_LIMIT", "1M")  # the same check, with a small graph
+    with pytest.raises(ResourceError, match=r"^edge_index: a graph of 100,001 nodes"):
+        from_edge_index(np.array([[0], [100_000]]))
+
+
 def test_labels_multilabel_and_unlabeled(rng):
     src, dst = np.array([0, 1, 2]), np.array([1, 2, 3])
     ml = from_arrays(src, dst, y=np.array([[1, 0], [0, 1], [1, 1], [0, 0]], np.float32))

@@ -558,6 +558,41 @@ def test_read_graph_and_dataset_dispatch(tmp_path):
     assert read_graph(tmp_path / "a.txt", directed=False).symmetric is True
 
 
+def test_write_graph_writes_each_suffix_it_reads_back_and_refuses_the_rest(tmp_path):
+    """write_graph picks the format by suffix; a suffix of no format it writes (.npy, none,
+    .npz.gz) is refused naming it and what it writes, and nothing is left on disk."""
+    from mgg.errors import InputError
+    from mgg.graph.formats import write_format
+
+    g = undirected_graph()
+    for name, fmt in {
+        "a.TXT": "edgelist",
+        "b.el.gz": "edgelist",
+        "c.edges": "edgelist",
+        "d.graph.gz": "metis",
+        "e_csr.bin": "mgg",
+        "f.npz": "npz",
+    }.items():
+        assert write_format(tmp_path / name) == fmt
+        write_graph(g, tmp_path / name)
+        assert_same_graph(g, read_graph(tmp_path / name))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for name, suffix in {
+        "x.npy": "'.npy' files",
+        "x": "files without a suffix",
+        "x.npz.gz": "'.npz.gz' files",
+        "x.gz": "'.gz' files",
+        "x.bin": "'.bin' files",
+    }.items():
+        with pytest.raises(InputError) as e:
+            write_graph(g, tmp_path / name)
+        assert str(e.value).startswith(f"{tmp_path / name}: mgg writes no {suffix}; it writes ")
+        assert ".npz (everything), .txt/.csv/.tsv/.el/.edges (edge list)" in str(e.value)
+    with pytest.raises(InputError, match="is a directory; write to a file: .npz"):
+        write_graph(g, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 # ---- the shared datasets -----------------------------------------------------------------
 def manifest_sizes() -> dict[str, tuple[int, int]]:
     rows = {}

@@ -14,7 +14,7 @@ from mgg.graph.dataset import Dataset
 from mgg.graph.formats import write_graph, write_mgg_bin
 from mgg.graph.formats.slices import read_edge_slice
 from mgg.partition import build_plan
-from mgg.partition.shards import ShardedDataset, ShardError, write_sharded
+from mgg.partition.shards import ShardedDataset, ShardError, seal, write_sharded
 
 from conftest import last_json, mpirun, random_graph, shared_dataset
 
@@ -106,12 +106,27 @@ def test_damaged_or_mismatched_shards_are_refused(rng, tmp_path):
     shutil.copytree(tmp_path / "e" / "rank-0002", d / "rank-0002")
     with pytest.raises(ShardError, match="another partitioning run.*mixed"):
         sd.open(2, 3)
+    # another rank's folder: a link to it, or a copy of it, names the folder that is wrong
+    shutil.rmtree(d / "rank-0002")
+    (d / "rank-0002").symlink_to("rank-0000")
+    with pytest.raises(ShardError, match=r"rank-0002: a link to rank-0000, the shard of rank 0, "
+                       "not of rank 2: every rank needs its own folder"):  # fmt: skip
+        sd.open(2, 3)
+    (d / "rank-0002").unlink()
+    shutil.copytree(d / "rank-0001", d / "rank-0002")
+    with pytest.raises(ShardError, match=r"rank-0002: a copy of the shard of rank 1, not of rank"):
+        sd.open(2, 3)
     # manifest: version, keys, garbage
     m = json.loads((d / "manifest.json").read_text())
-    (d / "manifest.json").write_text(json.dumps({**m, "version": 99}))
+    (d / "manifest.json").write_text(json.dumps(seal({**m, "version": 99})))
     with pytest.raises(ShardError, match="format version 99"):
         ShardedDataset(d)
-    (d / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k != "bounds"}))
+    old = {k: v for k, v in m.items() if k != "digest"}  # version 1 had no digest
+    (d / "manifest.json").write_text(json.dumps({**old, "version": 1}))
+    with pytest.raises(ShardError, match="format version 1, .* again .*mgg partition --out"):
+        ShardedDataset(d)
+    no_bounds = seal({k: v for k, v in m.items() if k not in ("bounds", "digest")})
+    (d / "manifest.json").write_text(json.dumps(no_bounds))
     with pytest.raises(ShardError, match="missing keys bounds"):
         ShardedDataset(d)
     (d / "manifest.json").write_text("{not json")
@@ -128,15 +143,15 @@ def test_writing_is_atomic(rng, tmp_path, monkeypatch):
     out = tmp_path / "d"
     real = shards.write_shard
 
-    def crash_on_rank_2(tmp, run, plan, rows):
+    def crash_on_rank_2(target, plan, rows):
         if plan.rank == 2:
             raise OSError("disk full")
-        return real(tmp, run, plan, rows)
+        return real(target, plan, rows)
 
     monkeypatch.setattr(shards, "write_shard", crash_on_rank_2)
     with pytest.raises(OSError, match="disk full"):
         _write(ds, out)
-    assert list(tmp_path.iterdir()) == []  # neither out nor a temporary folder
+    assert [p.name for p in tmp_path.iterdir()] == [".d.lock"]  # no out, no temporary
     monkeypatch.setattr(shards, "write_shard", real)
     _, first = _write(ds, out)
     with pytest.raises(FileExistsError, match="already exists"):
@@ -146,7 +161,30 @@ def test_writing_is_atomic(rng, tmp_path, monkeypatch):
         out, plans, [ds.rows(q.lb, q.ub) for q in plans], "gcn_norm", {}, force=True
     )
     assert ShardedDataset(out).np == 2 and second["run"] != first["run"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".d.lock", "d"]
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [("symmetric", True), ("graph_kind", "as_is"), ("num_nodes", 301), ("num_classes", 2)],
+)
+def test_an_edited_manifest_is_refused(rng, tmp_path, key, value):
+    """The manifest's digest covers every key: flipping symmetric (the backward pass would
+    reuse the forward plan), the graph kind (SAGE on GCN's normalized graph), the node or
+    class count is refused, naming the manifest."""
+    ds = _dataset(rng)
+    d = tmp_path / "d"
+    _write(ds, d)
+    path = d / "manifest.json"
+    m = json.loads(path.read_text())
+    assert m[key] != value and not m["symmetric"]
+    path.write_text(json.dumps({**m, key: value}, indent=1))
+    with pytest.raises(ShardError, match=f"{path}: edited after it was written"):
+        ShardedDataset(d)
+    if key == "symmetric":  # digest made again: the plan a rank opens is checked too
+        path.write_text(json.dumps(seal({**m, key: value})))
+        with pytest.raises(ShardError, match=f"{path}: does not describe the plan of .*rank-0001"):
+            ShardedDataset(d).open(1, 3)
 
 
 # ---- the distributed partitioner ----------------------------------------------------------

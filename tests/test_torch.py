@@ -9,6 +9,7 @@ import torch
 
 import mgg.torch as mt
 from mgg.distgraph import DistGraph
+from mgg.errors import InputError
 from mgg.graph import Graph
 
 from conftest import mpirun, random_graph
@@ -179,7 +180,7 @@ def test_clear_errors(rng):
     conv = mt.GCNConv(4, 3)
     with pytest.raises(ValueError, match="has 9 rows but rank 0 owns 10 nodes"):
         conv(torch.randn(9, 4), dg)
-    with pytest.raises(TypeError, match="inside an mgg job"):
+    with pytest.raises(TypeError, match="^GCNConv: the graph argument g must be .*inside an mgg"):
         conv(torch.randn(10, 4), edge_index(random_graph(rng, 10, 30)))
     with pytest.raises(ValueError, match="unknown aggregation op"):
         mt.aggregate(torch.randn(10, 4), dg, "max")
@@ -189,6 +190,107 @@ def test_clear_errors(rng):
         mt.aggregate(torch.randn(10, 4), dg, weights=torch.ones(dg.plan.num_local_edges, 3))
     with pytest.raises(ValueError, match="dropout probability"):
         mt.dropout(torch.randn(10, 4), dg, 1.0)
+
+
+def test_every_layer_and_op_names_a_graph_that_is_not_the_jobs(rng):
+    """g = None (or an edge_index, or a Graph) is named before anything touches it."""
+    x = torch.randn(10, 4)
+    calls = {
+        "GCNConv": lambda g: mt.GCNConv(4, 3)(x, g),
+        "SAGEConv": lambda g: mt.SAGEConv(4, 3)(x, g),
+        "GINConv": lambda g: mt.GINConv(mt.MLP([4, 3, 2]))(x, g),
+        "GATConv": lambda g: mt.GATConv(4, 3, heads=2)(x, g),
+        "BatchNorm": lambda g: mt.BatchNorm(4).eval()(x, g),  # eval: g unused, still checked
+        "MLP": lambda g: mt.MLP([4, 3], batch_norm=False)(x, g),
+        "aggregate": lambda g: mt.aggregate(x, g),
+        "halo": lambda g: mt.halo(x, g),
+        "all_reduce": lambda g: mt.all_reduce(x, g),
+        "dropout": lambda g: mt.dropout(x, g, 0.5, training=False),
+        "edge_dropout": lambda g: mt.edge_dropout(torch.ones(5, 1), g, 0.5),
+        "edge_index": lambda g: mt.edge_index(g),
+    }
+    graph = random_graph(rng, 10, 30)
+    for what, call in calls.items():
+        for g, name in ((None, "NoneType"), (edge_index(graph), "Tensor"), (graph, "Graph")):
+            with pytest.raises(TypeError) as e:
+                call(g)
+            assert str(e.value).startswith(
+                f"{what}: the graph argument g must be the job's DistGraph, got {name}: "
+            ), (what, str(e.value))
+
+
+def test_aggregate_computes_in_the_jobs_dtype_and_refuses_others(rng):
+    """Never a silent cast: float64 rows reach float32 kernels only if the caller casts;
+    a float64 DistGraph (cpu) aggregates in float64."""
+    g = random_graph(rng, 10, 30).gcn_norm()
+    dg32, dg64 = DistGraph.build(g, None), DistGraph.build(g, None, dtype=np.float64)
+    x = torch.randn(10, 4, dtype=torch.float64)
+    for t, dg, want in (
+        (x, dg32, "float32"),
+        (x.float(), dg64, "float64"),
+        (x.half(), dg32, "float32"),
+    ):
+        with pytest.raises(InputError) as e:
+            mt.aggregate(t, dg, "gcn")
+        assert str(e.value).startswith(
+            f"aggregate: x is {t.dtype} but this job aggregates torch.{want} (the DistGraph's "
+            f"dtype): pass x.to(torch.{want}), or build"
+        )
+    with pytest.raises(InputError, match=r"^aggregate: weights is torch.float64 but this job"):
+        mt.aggregate(x.float(), dg32, weights=torch.ones(dg32.plan.num_local_edges).double())
+    with pytest.raises(
+        InputError, match=r"x must be a torch.float32 tensor \[n, D\], got shape \(10,\)$"
+    ):
+        mt.aggregate(x[:, 0].float(), dg32)
+    with pytest.raises(TypeError, match=r"^aggregate: x must be a tensor of this rank's rows"):
+        mt.aggregate(x.numpy(), dg64)
+    ref = g.to_scipy().astype(np.float64) @ x.numpy()
+    y = mt.aggregate(x, dg64, "gcn")
+    assert y.dtype == torch.float64
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-12, atol=1e-15)
+    y32 = mt.aggregate(x.float(), dg32, "gcn")  # float32: what the caller asked for
+    assert y32.dtype == torch.float32 and not np.allclose(y32.numpy(), ref, rtol=1e-12, atol=0)
+
+
+F64_JOB = """
+import json
+import numpy as np, torch
+import mgg.torch as mt
+from mgg.comm import get_comm
+from mgg.distgraph import DistGraph
+from mgg.graph.generators import rmat
+
+comm = get_comm()
+g = rmat(7, 6, seed=3).gcn_norm()
+X = torch.randn(g.num_nodes, 5, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+out = {}
+for design in ("pipelined", "bulk_halo", "direct"):
+    dg = DistGraph.build(g, comm, design=design, dtype=np.float64)
+    x = X[dg.lb : dg.ub].clone().requires_grad_()
+    y = mt.aggregate(x, dg, "gcn")
+    y.sum().backward()
+    ys, dxs = comm.gather(y.detach().numpy()), comm.gather(x.grad.numpy())
+    if comm.rank == 0:
+        a = g.to_scipy().astype(np.float64)
+        y_err = np.abs(np.concatenate(ys) - a @ X.numpy()).max()
+        dx_err = np.abs(np.concatenate(dxs) - a.T @ np.ones_like(X.numpy())).max()
+        out[design] = [str(y.dtype), float(y_err), float(dx_err)]
+    dg.free()
+if comm.rank == 0:
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.mpi
+def test_p_ranks_aggregate_float64_in_float64(tmp_path):
+    job = tmp_path / "job.py"
+    job.write_text(F64_JOB)
+    r = mpirun(2, "python", job, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    for design, (dtype, y_err, dx_err) in json.loads(r.stdout.strip().splitlines()[-1]).items():
+        assert dtype == "torch.float64" and y_err < 1e-12 and dx_err < 1e-12, design
 
 
 LAYERS_JOB = """

@@ -1,11 +1,15 @@
 """Training with torch models: P-invariance, accuracy, checkpoints, determinism, failure
 modes."""
 
+import json
+import re
+
 import numpy as np
 import pytest
 import torch
 
 import mgg.torch as mt
+from mgg.errors import DivergedError, InputError
 from mgg.graph import Dataset, Graph
 from mgg.graph.core import job_graph
 from mgg.graph.formats import read_npz
@@ -219,7 +223,7 @@ def test_clear_errors(tmp_path):
     ds = planted_partition(200, 2, seed=0)
     t = trainer(ds, "gcn", lr=1e30, wd=0)
     t.opt = torch.optim.SGD(t.model.parameters(), lr=1e30)
-    with pytest.raises(FloatingPointError, match="loss is"):
+    with pytest.raises(FloatingPointError, match=r"loss is .*: lower the learning rate"):
         t.fit(5)
     with pytest.raises(ValueError, match="learning rate"):
         build_optimizer("adam", t.model, float("nan"), 0)
@@ -265,3 +269,69 @@ def test_the_pyg_example_and_its_mgg_twin_learn_alike():
     assert r.returncode == 0, r.stderr[-2000:]
     ours = float(r.stdout.split("test accuracy")[-1])
     assert pyg > 0.75 and ours > 0.75 and abs(pyg - ours) < 0.03, (pyg, ours)
+
+
+def test_a_negative_epoch_count_is_refused():
+    t = trainer(planted_partition(200, 2, seed=0))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(InputError, match=r"^epochs \(--epochs\) must be an integer >= 0"):
+            t.fit(bad)
+    assert t.epoch == 0 and t.history == []
+
+
+def _scaled(ds, name, top):
+    x = ds.x / np.abs(ds.x).max() * np.float32(top)
+    return Dataset(name, ds.graph, x, ds.y, ds.train_mask, ds.val_mask, ds.test_mask)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_a_non_finite_loss_names_its_cause():
+    """Features beyond float32's reach are named, not the learning rate; so are the model's
+    initial weights, before any step; a learning rate that diverges keeps its advice
+    (test_clear_errors)."""
+    ds = planted_partition(200, 2, seed=0)
+    with pytest.raises(DivergedError) as info:
+        trainer(_scaled(ds, "huge", 3e38), "gat").fit(5)
+    msg = str(info.value)
+    assert re.match(
+        r"the loss is (nan|inf) at epoch 1: the features of 'huge' reach 3e\+38 in magnitude, "
+        r"which overflows float32 arithmetic .*: scale them down",
+        msg,
+    ), msg
+    assert "lower the learning rate" not in msg
+    t = trainer(ds, "gcn")
+    with torch.no_grad():
+        for p in t.model.parameters():
+            p.fill_(1e30)
+    with pytest.raises(DivergedError, match=r"at epoch 1, before any optimizer step \(not a"):
+        t.fit(5)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_gat_on_cora_features_of_1e30_names_the_features():
+    ds = read_npz(shared_dataset("cora"))  # NaN at epoch 21
+    with pytest.raises(DivergedError, match=r"the features of 'cora' reach 1e\+30 in magnitude"):
+        trainer(_scaled(ds, "cora", 1e30), "gat").fit(60)
+
+
+def test_tune_holds_the_knobs_this_job_sets(capsys):
+    """--tune searches only the knobs --config (or a flag) leaves free; a --config that sets
+    them all is refused naming both flags."""
+    from mgg.cli import main
+
+    ds = planted_partition(600, 3, seed=0)
+    dg, data = prepare(ds, None, "gcn")
+    model = mt.build_model("gcn", data.num_features, data.num_classes)
+    opt = build_optimizer("adam", model, 0.01, 5e-4)
+    t = Trainer(dg, data, model, opt, tune=True, config={"ps": 8}, tune_budget=14, eval_every=0)
+    t.fit(14)
+    assert {h["config"]["ps"] for h in t.history if "config" in h} == {8}
+    assert t.tuning["measured"] >= 2 and dg.config["ps"] == 8
+    every = json.dumps({"ps": 8, "dist": 2, "threads": 1})
+    argv = ["train", "--dataset", PLANTED, "--epochs", "2", "--tune", "--config", every]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (
+        "mgg train: error: --tune searches ps, dist, threads, and --config (or their flags) "
+        "sets every one: nothing to tune; drop --tune, or the knobs it should search\n"
+    )

@@ -11,7 +11,8 @@ import sys
 
 import numpy as np
 
-from ..knobs import SPECS, KnobError, Knobs, check_value, flag, flag_help
+from ..errors import InputError
+from ..knobs import INT_MAX, SPECS, KnobError, Knobs, check_value, flag, flag_help, shown
 
 GRAPH = (
     "a file (.npz, .graph, .txt/.gz edge list, *_beg_pos.bin) or a generator spec: "
@@ -29,8 +30,17 @@ INPUTS: list[str] = []  # the graphs this command opened, for its error messages
 # ---- flags ---------------------------------------------------------------------------------
 def graph_args(s) -> None:
     s.add_argument("graph", help=GRAPH + SHARDED)
-    s.add_argument("--scale", type=number(0), default=None, help="scale factor for stand-ins")
+    scale_arg(s)
     s.add_argument("--seed", type=integer(0), default=0)
+
+
+def scale_arg(s) -> None:
+    s.add_argument(
+        "--scale",
+        type=number(0),
+        default=None,
+        help="scale factor of a stand-in without its own :scale= (refused for anything else)",
+    )
 
 
 def knob_args(s, names, extra: dict | None = None) -> None:
@@ -110,25 +120,27 @@ def config(text: str) -> dict:
                 text = f.read()
         except OSError as e:
             raise argparse.ArgumentTypeError(f"{source}: {e.strerror or e}") from None
+    where = "" if source == text else f"{source}: "
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        where = "" if source == text else f"{source}: "
         raise argparse.ArgumentTypeError(
             f"{where}not JSON ({e.msg}, column {e.colno}): {text[:80]}"
         ) from None
+    except ValueError as e:  # a number of more than 4300 digits
+        raise argparse.ArgumentTypeError(f"{where}not JSON mgg reads ({e})") from None
 
 
-def integer(low: int):
-    """argparse type: an integer >= low."""
+def integer(low: int, high: int = INT_MAX):
+    """argparse type: an integer in [low, high] (every integer flag has both bounds)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be >= {low}, got {value}")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {shown(value)}")
         return value
 
     return parse
@@ -162,13 +174,22 @@ def fraction(text: str) -> float:
 # ---- inputs --------------------------------------------------------------------------------
 def open_dataset(spec: str, scale=None, seed: int = 0):
     """A Dataset from a spec, or a ShardedDataset for a folder written by --out."""
-    from ..partition.shards import ShardedDataset, is_sharded
+    from ..graph.formats import is_ogb_dir
+    from ..graph.specs import folder_error, refuse_scale, resolve
+    from ..partition.shards import MANIFEST, ShardedDataset, is_sharded, rank_dir
 
     INPUTS.append(spec)
     if is_sharded(spec):
+        refuse_scale(scale, spec, "a sharded dataset")
         return ShardedDataset(spec)
-    from ..graph.specs import resolve
-
+    if os.path.isdir(spec) and not is_ogb_dir(spec):
+        if os.path.isdir(os.path.join(spec, rank_dir(0))):
+            raise InputError(
+                f"{spec}: holds the shards of a sharded dataset ({rank_dir(0)}/, ...) but no "
+                f"{MANIFEST}, which mgg partition --out writes last: the partition did not "
+                "finish or the manifest was deleted; partition the source again"
+            )
+        raise folder_error(spec, f"a sharded dataset (no {MANIFEST})")
     return resolve(spec, scale=scale, seed=seed)
 
 

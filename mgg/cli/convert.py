@@ -6,10 +6,14 @@ import os
 import sys
 import time
 
-from .common import emit, quiet
+from ..errors import InputError
+from .common import INPUTS, emit, quiet
 
 IN = "a file (.npz, .txt/.gz edge list, .graph, *_beg_pos.bin), an OGB directory or a spec"
-OUT = ".npz (keeps node data), .txt/.gz (edge list), .graph (METIS) or *_beg_pos.bin"
+OUT = (
+    ".npz (keeps node data), .txt/.csv/.tsv/.el/.edges[.gz] (edge list), .graph/.metis[.gz] "
+    "(METIS) or *_beg_pos.bin (MGG binary CSR)"
+)
 
 
 def add(sub):
@@ -24,10 +28,21 @@ def main(args) -> int:
     import warnings
 
     from ..atomic import check_folder
-    from ..graph.formats import dropped_on_write, format_name, write_graph
+    from ..graph.formats import dropped_on_write, format_name, write_format, write_graph
     from ..graph.specs import resolve
+    from ..partition.shards import ShardedDataset, is_sharded
 
+    INPUTS.append(args.input)
     check_folder(args.output)
+    write_format(args.output)  # before reading the input
+    if is_sharded(args.input):
+        source = ShardedDataset(args.input).manifest.get("source", {})
+        was = source.get("path") or source.get("spec")
+        raise InputError(
+            f"{args.input}: is a sharded dataset (mgg partition --out), whose shards hold "
+            "partition plans, not the graph: convert takes a graph file, OGB directory or "
+            f"spec; convert its source{f' ({was})' if was else ''} instead"
+        )
     if all(map(os.path.exists, (args.input, args.output))) and os.path.samefile(
         args.input, args.output
     ):

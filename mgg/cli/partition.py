@@ -51,9 +51,10 @@ def add(sub):
 
 def main(args) -> int:
     from ..graph.core import job_graph
+    from ..graph.specs import dataset_source
     from ..memory import check_job
     from ..partition import build_plan, plan_stats
-    from ..partition.shards import ShardedDataset, write_sharded
+    from ..partition.shards import ShardedDataset, check_target, write_sharded
 
     knobs = knobs_of(args, KNOBS, "mgg partition")
     if args.out and args.no_transposed:
@@ -61,6 +62,8 @@ def main(args) -> int:
     kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
     if args.distributed:
         return _distributed(args, knobs, kind)
+    if args.out:  # before the work (checked again under the output's lock when written)
+        check_target(args.out, args.force)
     if args.np is None:
         raise ValueError("--np P is required (the number of ranks to partition for)")
     t0 = time.perf_counter()
@@ -83,7 +86,10 @@ def main(args) -> int:
     if args.out:
         t0 = time.perf_counter()
         rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
-        source = {**_source(args), "num_edges": ds.graph.num_edges}
+        source = {
+            **dataset_source(args.graph, args.scale, args.seed),
+            "num_edges": ds.graph.num_edges,
+        }
         write_sharded(args.out, plans, rows, kind, source, force=args.force)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
     st["peak_rss_mb"] = [peak_rss_mb()]
@@ -98,20 +104,16 @@ def _graph_kind(model: str | None, default: str) -> str:
     return default if model is None else graph_kind(model)
 
 
-def _source(args) -> dict:
-    from ..graph.formats.slices import source_checksum
-
-    if os.path.exists(args.graph) or os.path.exists(args.graph + "_beg_pos.bin"):
-        return source_checksum(args.graph)
-    return {"spec": args.graph, "scale": args.scale, "seed": args.seed}
-
-
 def _distributed(args, knobs, kind: str) -> int:
     from ..backend import get_backend
+    from ..graph.specs import refuse_scale
     from ..partition.distributed import partition_file
+    from ..partition.shards import check_target
     from .common import INPUTS
 
     comm = get_backend("cpu").comm()  # first: from here on a failing rank aborts the job
+    if args.out:
+        check_target(args.out, args.force)
     INPUTS.append(args.graph)
     if args.np is not None and args.np != comm.size:
         raise ValueError(
@@ -123,6 +125,7 @@ def _distributed(args, knobs, kind: str) -> int:
             f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or .npz); "
             "generators and folders are partitioned in one process (drop --distributed)"
         )
+    refuse_scale(args.scale, args.graph, "a file")
     st, stats = partition_file(
         args.graph,
         comm,

@@ -3,7 +3,9 @@ mggrun; per-epoch progress, the final metrics, and ``--json``'s summary."""
 
 from __future__ import annotations
 
+import sys
 import time
+import warnings
 
 from ..memory import peak_rss_mb
 from .common import (
@@ -19,6 +21,7 @@ from .common import (
     number,
     open_dataset,
     quiet,
+    scale_arg,
     sizes,
 )
 
@@ -38,7 +41,7 @@ def add(sub):
 def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     """The flags of `mgg train` (and of `mgg demo`, with its defaults)."""
     s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH + SHARDED)
-    s.add_argument("--scale", type=number(0), default=None, help="scale factor for stand-ins")
+    scale_arg(s)
     s.add_argument("--model", default="gcn", help=MODEL)
     s.add_argument("--epochs", type=integer(0), default=epochs, help="0: only evaluate")
     s.add_argument("--seed", type=integer(0), default=0)
@@ -64,11 +67,22 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
     s.add_argument("--config", type=config, default=None, help=CONFIG)
-    s.add_argument("--tune", action="store_true", help="search ps, dist, ... in the first epochs")
-    s.add_argument("--eval-every", type=integer(0), default=eval_every, help="0: only at the end")
-    s.add_argument("--checkpoint-dir", default=None)
     s.add_argument(
-        "--checkpoint-every", type=integer(0), default=0, help="epochs between checkpoints"
+        "--tune",
+        action="store_true",
+        help="search ps, dist, ... in the first epochs (those --config or a flag sets are held)",
+    )
+    s.add_argument("--eval-every", type=integer(0), default=eval_every, help="0: only at the end")
+    s.add_argument(
+        "--checkpoint-dir",
+        default=None,
+        help="write checkpoints here: every --checkpoint-every epochs and after the last",
+    )
+    s.add_argument(
+        "--checkpoint-every",
+        type=integer(0),
+        default=0,
+        help="epochs between checkpoints (0: only after the last)",
     )
     s.add_argument("--resume", default=None, help="a checkpoint file to continue from")
     s.add_argument("--check-sync", action="store_true", help="check weights agree every step")
@@ -78,7 +92,9 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
 def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
+    from ..graph.specs import dataset_source
     from ..memory import check_job
+    from ..partition.shards import ShardedDataset
     from ..torch import MODELS, build_model
     from ..train import Trainer, build_optimizer, metric, prepare
 
@@ -99,7 +115,8 @@ def main(args) -> int:
     t0 = time.perf_counter()
     ds = open_dataset(args.dataset, args.scale, args.seed)
     mem = check_job(ds, comm.size, "train", source=args.dataset, model=spec,
-                    hidden=args.hidden, layers=args.layers, heads=args.heads)  # fmt: skip
+                    hidden=args.hidden, layers=args.layers, heads=args.heads,
+                    optimizer=args.optimizer)  # fmt: skip
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -110,6 +127,9 @@ def main(args) -> int:
         row_normalize=args.row_normalize,
         design=design,
         backend=backend,
+        source=None
+        if isinstance(ds, ShardedDataset)
+        else dataset_source(args.dataset, args.scale, args.seed),
     )
     setup_s = time.perf_counter() - t0
     model = build_model(
@@ -149,7 +169,11 @@ def main(args) -> int:
         log=say,
     )
     if args.resume:
-        trainer.load_checkpoint(args.resume, epochs=args.epochs)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.load_checkpoint(args.resume, epochs=args.epochs)
+        for w in caught:  # e.g. a checkpoint that does not record its data
+            print(f"mgg {args.command}: warning: {w.message}", file=sys.stderr)
         if say:
             say(f"resumed from {args.resume} at epoch {trainer.epoch}")
     trainer.fit(args.epochs)

@@ -10,8 +10,10 @@ import numba
 import numpy as np
 
 from ..errors import GraphError
+from ..memory import csr_bytes, require
 
 INT32_MAX = np.iinfo(np.int32).max
+IDS_HINT = "node ids index the CSR's rows, so N = max id + 1: number the nodes 0..N-1"
 
 
 def index_dtype(num_nodes: int) -> np.dtype:
@@ -87,19 +89,23 @@ class Graph:
 
     # ---- constructors ------------------------------------------------------------------
     @classmethod
-    def from_edges(cls, src, dst, num_nodes=None, weights=None) -> Graph:
-        """Build from edge arrays u->v (any order; duplicates and self loops kept)."""
+    def from_edges(cls, src, dst, num_nodes=None, weights=None, *, source="from_edges") -> Graph:
+        """Build from edge arrays u->v (any order; duplicates and self loops kept). The
+        CSR's size is checked against memory first (ResourceError naming ``source``)."""
         src = np.asarray(src)
         dst = np.asarray(dst)
         if src.shape != dst.shape or src.ndim != 1:
             raise GraphError(
                 f"src and dst must be 1-D of equal length, got {src.shape} and {dst.shape}"
             )
-        if num_nodes is None:
-            num_nodes = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
         for name, a in (("src", src), ("dst", dst)):
             if a.size and not np.issubdtype(a.dtype, np.integer):
                 raise GraphError(f"{name} must hold integers, got {a.dtype}")
+        ids = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1  # N the ids make
+        num_nodes = ids if num_nodes is None else int(num_nodes)
+        if num_nodes < 0:
+            raise GraphError(f"num_nodes must be >= 0, got {num_nodes}")
+        for name, a in (("src", src), ("dst", dst)):
             if a.size and (a.min() < 0 or a.max() >= num_nodes):
                 bad = int(np.flatnonzero((a < 0) | (a >= num_nodes))[0])
                 raise GraphError(f"{name}[{bad}] = {a[bad]} is outside [0, {num_nodes})")
@@ -107,6 +113,12 @@ class Graph:
             weights = np.asarray(weights, dtype=np.float32)
             if weights.shape != src.shape:
                 raise GraphError(f"weights has shape {weights.shape}, expected {src.shape}")
+        require(
+            csr_bytes(num_nodes, src.size, weights is not None),
+            f"a graph of {num_nodes:,} nodes and {src.size:,} edges (its CSR and the build)",
+            source,
+            *([IDS_HINT] if num_nodes == ids else []),
+        )
         idt = index_dtype(num_nodes)
         indptr, indices, w = _counting_sort(
             dst.astype(np.int64, copy=False), src.astype(idt, copy=False), num_nodes, weights
@@ -114,11 +126,20 @@ class Graph:
         return cls(indptr, indices, w, num_nodes, check=False)
 
     @classmethod
-    def from_scipy(cls, m) -> Graph:
-        """From a square scipy sparse matrix A with A[v, u] != 0 for each edge u->v."""
-        m = m.tocsr()
+    def from_scipy(cls, m, *, source="from_scipy") -> Graph:
+        """From a square scipy sparse matrix A with A[v, u] != 0 for each edge u->v
+        (explicitly stored zeros are not edges)."""
         if m.shape[0] != m.shape[1]:
             raise GraphError(f"adjacency must be square, got {m.shape}")
+        require(
+            csr_bytes(m.shape[0], m.nnz, build=False),
+            f"a graph of {m.shape[0]:,} nodes and {m.nnz:,} edges (its CSR)",
+            source,
+        )
+        m = m.tocsr()
+        if m.nnz and not np.all(m.data):
+            m = m.copy()  # not the caller's matrix
+            m.eliminate_zeros()
         data = np.asarray(m.data, dtype=np.float32)
         weights = None if np.all(data == 1) else data
         return cls(m.indptr.astype(np.int64), m.indices, weights, m.shape[0])

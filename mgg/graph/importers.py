@@ -53,6 +53,7 @@ def from_arrays(
         dst,
         num_nodes,
         ("src", "dst"),
+        source="src, dst",
         x=x,
         y=y,
         masks=(train_mask, val_mask, test_mask),
@@ -88,6 +89,7 @@ def from_edge_index(
         ei[1],
         num_nodes,
         ("edge_index[0]", "edge_index[1]"),
+        source="edge_index",
         x=x,
         y=y,
         masks=(train_mask, val_mask, test_mask),
@@ -110,8 +112,9 @@ def from_scipy(
     name: str = "scipy",
 ) -> Dataset:
     """A Dataset from a square scipy sparse matrix A [N, N] with A[v, u] != 0 for each edge
-    u -> v (as Graph.from_scipy; A @ X aggregates). Stored values other than all ones
-    become edge weights; the rest as :func:`from_arrays`."""
+    u -> v (as Graph.from_scipy; A @ X aggregates; explicitly stored zeros are not edges).
+    Stored values other than all ones become edge weights; the rest as
+    :func:`from_arrays`."""
     if not sp.issparse(matrix):
         raise GraphError(f"matrix must be a scipy sparse matrix, got {type(matrix).__name__}")
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -120,13 +123,16 @@ def from_scipy(
     data = np.asarray(coo.data)
     if data.dtype.kind not in "biuf" or not np.isfinite(data).all():
         raise GraphError("matrix holds values that are not finite numbers")
+    edge = data != 0
+    data, col, row = data[edge], coo.col[edge], coo.row[edge]
     weights = None if np.all(data == 1) else data
     return _build(
         name,
-        coo.col,
-        coo.row,
+        col,
+        row,
         matrix.shape[0],
         ("matrix columns", "matrix rows"),
+        source="matrix",
         x=x,
         y=y,
         masks=(train_mask, val_mask, test_mask),
@@ -211,7 +217,11 @@ def _count(a, what) -> int:
     return a.shape[0]
 
 
-def _build(name, src, dst, num_nodes, names, *, x, y, masks, weights, undirected, num_classes):
+def _build(
+    name, src, dst, num_nodes, names, *, source, x, y, masks, weights, undirected, num_classes
+):
+    """The Dataset; ``names``: the arrays of ``src`` and ``dst`` in errors, ``source``: the
+    argument they came from."""
     if num_nodes is None:
         rows = [_count(a, k) for k, a in (("x", x), ("y", y)) if a is not None]
         num_nodes = rows[0] if rows else max(src.max(initial=-1), dst.max(initial=-1)) + 1
@@ -229,12 +239,13 @@ def _build(name, src, dst, num_nodes, names, *, x, y, masks, weights, undirected
             raise GraphError(f"weights has shape {weights.shape}, expected ({src.size},)")
         if weights.dtype.kind not in "biuf" or not np.isfinite(weights).all():
             raise GraphError("weights must be finite numbers")
+    # the graph first: its size is checked against memory before anything of N rows
+    g = Graph.from_edges(src, dst, n, weights, source=source)
     x = _features(x, n)
     y, unlabeled = _labels(y, n)
     masks = [_mask(m, k, n) for m, k in zip(masks, MASKS, strict=True)]
     if unlabeled is not None:
         masks = [None if m is None else m & ~unlabeled for m in masks]
-    g = Graph.from_edges(src, dst, n, weights)
     if undirected:
         g = _undirected(g)
     else:

@@ -9,9 +9,11 @@ from ..errors import InputError
 from .dataset import Dataset
 from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
+from .formats.ogb import MARKERS as OGB_MARKERS
+from .formats.slices import source_checksum
 from .generators import STANDINS, planted_partition, rmat, standin
 
-__all__ = ["resolve"]
+__all__ = ["dataset_source", "folder_error", "refuse_scale", "resolve"]
 
 _STANDIN_KEYS = ("scale", "seed", "features")
 _RMAT_KEYS = ("scale", "ef", "seed", "directed", "a", "b", "c")
@@ -21,24 +23,32 @@ _PLANTED_KEYS = ("nodes", "classes", "degree", "features", "p_in", "noise", "see
 def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     """A Dataset from a CLI spec.
 
-    ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale`` applies when the spec
-    has none); ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
+    ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale``, the --scale flag,
+    sizes a stand-in whose spec has no scale, and is refused with anything else);
+    ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
     ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
     path of an existing file, the prefix of ``*_beg_pos.bin`` or an OGB dataset directory
     (read by ``mgg.graph.formats.read_dataset``; an existing file wins over a name), the
     directory with options ``DIR:split=NAME,undirected=0|1,edge_feat=mean|skip|auto``.
-    Unknown names or keys raise ValueError listing the valid ones.
+    Unknown names or keys raise InputError listing the valid ones; another folder, one
+    saying what it is not.
     """
     if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX) or is_ogb_dir(spec):
+        refuse_scale(scale, spec, "a file" if not is_ogb_dir(spec) else "an OGB directory")
         return read_dataset(spec)
     folder, colon, options = spec.rpartition(":")
     if colon and is_ogb_dir(folder):
+        refuse_scale(scale, spec, "an OGB directory")
         return read_dataset(folder, **_ogb_options(options, spec))
+    if os.path.isdir(spec):
+        raise folder_error(spec)
     name, _, rest = spec.partition(":")
     name = name.strip().lower()
     kv = _parse_kv(rest, spec)
     if name in STANDINS:
         _check_keys(kv, _STANDIN_KEYS, name)
+        if scale is not None and "scale" in kv:
+            raise InputError(f"--scale {scale:g} and {spec!r} both give a scale: give one")
         s = kv.get("scale", 1.0 if scale is None else scale)
         return standin(
             name,
@@ -47,6 +57,7 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
             with_features=bool(int(kv.get("features", 1))),
         )
     if name == "rmat":
+        refuse_scale(scale, spec, "an rmat spec (its scale=K is log2 of the node count)")
         _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
         if not (isinstance(kv["scale"], int) and 0 <= kv["scale"] <= 62):
             raise InputError(
@@ -59,6 +70,7 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         params = dict(scale=k, edge_factor=ef, seed=sd, directed=directed, **abc)
         return Dataset(f"rmat-s{k}-ef{ef}", g, meta={"generator": "rmat", "params": params})
     if name == "planted":
+        refuse_scale(scale, spec, "a planted spec (nodes=N sizes it)")
         _check_keys(kv, _PLANTED_KEYS, name, required=("nodes", "classes"))
         return planted_partition(
             int(kv["nodes"]),
@@ -69,10 +81,27 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
             feature_noise=float(kv.get("noise", 1.0)),
             seed=int(kv.get("seed", seed)),
         )
-    raise ValueError(
+    raise InputError(
         f"unknown graph {spec!r}: not an existing file, and not one of "
         f"{', '.join(STANDINS)}, rmat, planted"
     )
+
+
+def refuse_scale(scale, spec: str, what: str) -> None:
+    """InputError when ``scale`` (--scale) is given for ``spec``, which is ``what``: the
+    flag sizes only a stand-in."""
+    if scale is not None:
+        raise InputError(
+            f"--scale {scale:g} sizes a stand-in ({', '.join(STANDINS)}), not {what}: {spec}"
+        )
+
+
+def folder_error(path, *others: str) -> InputError:
+    """The error for a folder that holds no dataset: not ``others`` (what else the caller
+    takes, each with why not: 'a sharded dataset (no manifest.json)'), nor an OGB
+    directory."""
+    kinds = [*others, f"an OGB dataset directory (no raw/{' or raw/'.join(OGB_MARKERS)})"]
+    return InputError(f"{path}: is a folder, not a graph file, and not {' nor '.join(kinds)}")
 
 
 _OGB_OPTIONS = {
@@ -118,9 +147,19 @@ def _parse_kv(text: str, spec: str) -> dict[str, float]:
 def _check_keys(kv, valid, name, required=()):
     bad = sorted(set(kv) - set(valid))
     if bad:
-        raise ValueError(
+        raise InputError(
             f"unknown key(s) {', '.join(bad)} for {name!r}; valid keys: {', '.join(valid)}"
         )
     missing = [k for k in required if k not in kv]
     if missing:
-        raise ValueError(f"{name!r} needs {', '.join(missing)}; valid keys: {', '.join(valid)}")
+        raise InputError(f"{name!r} needs {', '.join(missing)}; valid keys: {', '.join(valid)}")
+
+
+def dataset_source(spec: str, scale=None, seed: int = 0) -> dict:
+    """Where the data of a dataset spec comes from, as `mgg partition` records it in a
+    sharded dataset's manifest: a file's (or folder's) sizes and the blake2b of its head
+    and tail (mgg.graph.formats.slices.source_checksum), else the generator spec with its
+    scale and seed."""
+    if os.path.exists(spec) or os.path.exists(spec + BEG_SUFFIX):
+        return source_checksum(spec)
+    return {"spec": spec, "scale": scale, "seed": seed}

@@ -22,6 +22,7 @@ from dataclasses import replace
 import numba
 import numpy as np
 
+from ..errors import MggError
 from ..graph.core import (
     GRAPH_KINDS,
     GraphError,
@@ -36,7 +37,7 @@ from ..knobs import DEFAULTS, Knobs, check_value
 from ..progress import progress
 from .node_split import node_split, owner_of
 from .plan import PartitionPlan, _rank_plan, plan_stats
-from .shards import begin, commit, node_info, plan_info, write_shard
+from .shards import begin, commit, node_info, plan_info, write_shard, writing
 
 
 def build_plan_distributed(
@@ -312,14 +313,37 @@ def partition_file(
         if out:
             bar.set_postfix_str("write shards")
             t0 = time.perf_counter()
-            tmp, run = comm.bcast(begin(out, force) if comm.rank == 0 else None)
-            tables = comm.gather(write_shard(tmp, run, plan, rows))
-            infos = comm.gather(plan_info(plan))
-            if comm.rank == 0:
-                source = {**source_checksum(path), "num_edges": source_edges}
-                info = {"graph_kind": kind, "source": source, **node_info(rows)}
-                commit(out, tmp, run, infos, tables, info, force)
-            comm.barrier()
+            source = {**source_checksum(path), "num_edges": source_edges}
+            info = {"graph_kind": kind, "source": source, **node_info(rows)}
+            _write_shards(comm, out, force, plan, rows, info)
             facts.update(out=str(out), write_seconds=time.perf_counter() - t0)
             bar.update()
     return facts, stats
+
+
+def _write_shards(comm, out, force: bool, plan: PartitionPlan, rows, info: dict) -> None:
+    """Rank 0 locks ``out`` and makes the temporary folder, every rank writes its shard,
+    rank 0 commits; an error on any rank is raised on every rank (the first rank's), and
+    on any exception the temporary folder is removed. Collective."""
+    mine = _agree(comm, lambda: begin(out, force) if comm.rank == 0 else None)
+    shared = comm.bcast(mine)  # without the lock, which stays on rank 0
+    target = mine if comm.rank == 0 else shared
+    with writing(target):
+        table = _agree(comm, lambda: write_shard(target, plan, rows))
+        tables, infos = comm.gather(table), comm.gather(plan_info(plan))
+        _agree(comm, lambda: commit(target, infos, tables, info) if comm.rank == 0 else None)
+
+
+def _agree(comm, fn):
+    """``fn()`` on every rank; an OSError or MggError on any rank is raised on all (the
+    lowest rank's), so that none waits in a collective for a rank that failed."""
+    value, error = None, None
+    try:
+        value = fn()
+    except (OSError, MggError) as e:
+        error = e
+    errors = comm.allgather(error)
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return value

@@ -1,26 +1,32 @@
 """Sharded datasets: a partitioned graph on disk, where rank r opens only its own files.
 
-Layout of ``DIR`` (format ``mgg-shards``, version 1)::
+Layout of ``DIR`` (format ``mgg-shards``, version 2)::
 
     manifest.json      sizes, bounds, ps, graph kind, the plans' fingerprint and per-rank
                        digests, the source's checksum and edge count, node-data facts,
-                       and every file's size and blake2b hash
+                       every file's size and blake2b hash, and the digest of all that
     rank-0000/         one folder per rank: shard.json (run id, rank) and .npy arrays,
       local_indptr.npy   the plan (t.* the transposed plan),
       x.npy | x.indptr.npy x.indices.npy x.data.npy,  y.npy, train_mask.npy, ...
 
-A writer fills ``DIR.tmp-RUN`` and renames it to ``DIR`` once the manifest is written, so
-a crash never leaves a half-written dataset that reads as valid. Opening checks the
-manifest, the rank count, and each of the rank's files (present, full size, same hash,
-same run) before any array is used; arrays are memory-mapped.
+A writer holds the lock ``.DIR.lock`` beside ``DIR`` (one job per output), fills a
+temporary folder beside it (mgg.atomic.temp_path; removed on an error, a Ctrl-C or a
+SIGTERM, swept by a later writer after a kill) and renames it to ``DIR`` once the
+manifest is written, so a crash never leaves a half-written dataset that reads as valid.
+Opening checks the manifest (against its digest: an edited one is refused), the rank
+count, and each of the rank's files (present, full size, same hash, same run, the plan's
+fingerprint) before any array is used; arrays are memory-mapped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
+import signal
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,13 +34,14 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from ..atomic import Lock, LockedError, hold, sweep, temp_path
 from ..graph.core import GRAPH_KINDS, GraphError
 from ..graph.dataset import MASKS, NodeRows
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays
 
 FORMAT = "mgg-shards"
-VERSION = 1
+VERSION = 2  # 2: the manifest's digest
 MANIFEST = "manifest.json"
 
 
@@ -51,23 +58,118 @@ def rank_dir(rank: int) -> str:
 
 
 # ---- writing ------------------------------------------------------------------------------
-def begin(out, force: bool = False) -> tuple[Path, str]:
-    """Check ``out`` may be written and make the temporary folder; returns (tmp, run)."""
+@dataclass
+class Target:
+    """A sharded dataset being written: ``out`` (the user's path), the temporary folder
+    ``tmp`` beside it, the run id, and, in the process that began it, the lock on ``out``
+    (a pickled copy, as other ranks get it, has none)."""
+
+    out: Path
+    tmp: Path
+    run: str
+    force: bool = False
+    lock: Lock | None = None
+
+    def __getstate__(self):
+        return {**self.__dict__, "lock": None}
+
+    def named(self, e: OSError, path) -> OSError:
+        """``e`` naming the user's file (under ``out``) instead of the temporary one."""
+        path = Path(e.filename or path)
+        with contextlib.suppress(ValueError):
+            path = self.out / path.relative_to(self.tmp)
+        return OSError(e.errno, f"cannot write it: {e.strerror or e}", str(path))
+
+
+def lock_path(out) -> Path:
+    """The lock file of output folder ``out``: beside it, as ``out`` itself is replaced."""
+    out = Path(os.path.abspath(out))
+    return out.parent / f".{out.name}.lock"
+
+
+def check_target(out, force: bool = False) -> None:
+    """FileExistsError unless ``out`` may be written (absent, or with ``force`` a sharded
+    dataset or an empty folder)."""
     out = Path(out)
     if out.exists() and not force:
         raise FileExistsError(f"{out}: already exists (pass --force to replace it)")
-    if out.exists() and not is_sharded(out) and any(out.iterdir()):
+    if out.exists() and not (out.is_dir() and (is_sharded(out) or not any(out.iterdir()))):
         raise FileExistsError(f"{out}: exists and is not a sharded dataset; not replacing it")
-    run = uuid.uuid4().hex[:12]
-    tmp = out.parent / f"{out.name}.tmp-{run}"
-    tmp.mkdir(parents=True)
-    return tmp, run
 
 
-def write_shard(tmp, run: str, plan: PartitionPlan, rows: NodeRows) -> dict:
-    """Write rank ``plan.rank``'s files into ``tmp``; returns {file: [bytes, blake2b]}."""
-    d = Path(tmp) / rank_dir(plan.rank)
-    d.mkdir()
+def begin(out, force: bool = False) -> Target:
+    """Lock ``out`` for this job, check it may be written and make the temporary folder
+    (stale ones of dead writers beside it are removed first). LockedError naming the
+    holder while another job writes ``out``; OSError naming ``out`` when its folder
+    cannot be written."""
+    out = Path(out)
+    full = Path(os.path.abspath(out))
+    try:
+        full.parent.mkdir(parents=True, exist_ok=True)
+        lock = hold(lock_path(out), str(out))
+    except LockedError as e:
+        raise LockedError(f"{e}: wait until it ends, or write to another --out") from None
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write it: {_strerror(e)}", str(out)) from None
+    try:
+        with contextlib.suppress(OSError):  # a leftover that cannot go stops no one
+            sweep(full.parent)
+        check_target(out, force)
+        tmp = temp_path(full)
+        try:
+            tmp.mkdir()
+        except OSError as e:
+            raise OSError(e.errno, f"cannot write it: {e.strerror}", str(out)) from None
+    except BaseException:
+        lock.release()
+        raise
+    return Target(out, tmp, uuid.uuid4().hex[:12], force, lock)
+
+
+def _strerror(e: OSError) -> str:
+    text = e.strerror or str(e)
+    return text.removeprefix("cannot lock it: ")
+
+
+@contextlib.contextmanager
+def writing(target: Target):
+    """The block writes into ``target``: on any exception, a Ctrl-C or a SIGTERM (which
+    raises KeyboardInterrupt here, as a Ctrl-C) the temporary folder is removed; at the
+    end the lock is released."""
+    with _sigterm_interrupts():
+        try:
+            yield target
+        except BaseException:
+            discard(target)
+            raise
+        finally:
+            if target.lock is not None:
+                target.lock.release()
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def write_shard(target: Target, plan: PartitionPlan, rows: NodeRows) -> dict:
+    """Write rank ``plan.rank``'s files into ``target``; returns {file: [bytes, blake2b]}.
+    OSError naming the file (under ``out``) when one cannot be written."""
+    d = target.tmp / rank_dir(plan.rank)
     arrays = dict(plan.arrays())
     x = rows.x
     if sp.issparse(x):
@@ -85,25 +187,37 @@ def write_shard(tmp, run: str, plan: PartitionPlan, rows: NodeRows) -> dict:
         arrays["y"] = np.asarray(rows.y)
     if rows.masks is not None:
         arrays.update({k: np.asarray(m, bool) for k, m in zip(MASKS, rows.masks, strict=True)})
-    table = {}
-    for name, a in arrays.items():
-        path = d / f"{name}.npy"
-        with open(path, "wb") as f:
-            np.lib.format.write_array(f, np.ascontiguousarray(a), allow_pickle=False)
-        table[name] = [path.stat().st_size, _file_hash(path)]
-    (d / "shard.json").write_text(json.dumps({"format": FORMAT, "run": run, "rank": plan.rank}))
+    table, path = {}, d
+    try:
+        d.mkdir()
+        for name, a in arrays.items():
+            path = d / f"{name}.npy"
+            _write_npy(path, a)
+            table[name] = [path.stat().st_size, _file_hash(path)]
+        path = d / "shard.json"
+        path.write_text(json.dumps({"format": FORMAT, "run": target.run, "rank": plan.rank}))
+    except OSError as e:
+        raise target.named(e, path) from None
     return table
 
 
-def commit(
-    out, tmp, run: str, plans_info: list[dict], tables: list[dict], info: dict, force: bool = False
-) -> dict:
-    """Write the manifest and move ``tmp`` to ``out`` (rank 0, after every write_shard).
+def _write_npy(path: Path, a: np.ndarray) -> None:
+    """np.save without pickles, written by Python (numpy's tofile reports a full disk as
+    "N requested and M written", without ENOSPC)."""
+    a = np.ascontiguousarray(a)
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(a))
+        f.write(a.reshape(-1).view(np.uint8).data)
+
+
+def commit(target: Target, plans_info: list[dict], tables: list[dict], info: dict) -> dict:
+    """Write the manifest and move the temporary folder to ``out`` (the process holding
+    the lock, after every write_shard); ``out`` is checked again first.
 
     plans_info: per rank {"digest", "fingerprint", "rank"} plus, from any rank, the plan's
     "bounds", "ps", "num_edges", "symmetric"; info: graph_kind, source, name and the node
     data facts. Returns the manifest."""
-    out, tmp = Path(out), Path(tmp)
+    out, tmp = target.out, target.tmp
     p0 = plans_info[0]
     prints = {q["fingerprint"] for q in plans_info}
     if len(prints) != 1:
@@ -111,7 +225,7 @@ def commit(
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "run": run,
+        "run": target.run,
         "np": len(plans_info),
         "num_nodes": int(p0["bounds"][-1]),
         "num_edges": int(p0["num_edges"]),
@@ -125,10 +239,15 @@ def commit(
     }
     if manifest["graph_kind"] not in GRAPH_KINDS:
         raise ValueError(f"unknown graph kind {manifest['graph_kind']!r}")
-    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    manifest = seal(manifest)
+    try:
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    except OSError as e:
+        raise target.named(e, tmp / MANIFEST) from None
+    check_target(out, target.force)
     old = None
     if out.exists():
-        old = out.parent / f"{out.name}.old-{run}"
+        old = temp_path(os.path.abspath(out))
         out.rename(old)
     tmp.rename(out)
     if old is not None:
@@ -136,8 +255,20 @@ def commit(
     return manifest
 
 
-def discard(tmp) -> None:
-    shutil.rmtree(tmp, ignore_errors=True)
+def discard(target: Target) -> None:
+    """Remove the temporary folder (any rank may; they may race)."""
+    shutil.rmtree(target.tmp, ignore_errors=True)
+
+
+def seal(manifest: dict) -> dict:
+    """``manifest`` with its ``digest``: the hash of every other key (canonical JSON)."""
+    return {**manifest, "digest": _manifest_digest(manifest)}
+
+
+def _manifest_digest(manifest: dict) -> str:
+    rest = {k: v for k, v in manifest.items() if k != "digest"}
+    text = json.dumps(rest, sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 def plan_info(plan: PartitionPlan) -> dict:
@@ -174,16 +305,13 @@ def write_sharded(
     force: bool = False,
 ) -> dict:
     """One process writes all P shards; returns the manifest."""
-    tmp, run = begin(out, force)
-    try:
+    target = begin(out, force)
+    with writing(target):
         pairs = zip(plans, rows, strict=True)
         bar = progress(pairs, total=len(plans), desc="write shards", enable=None)
-        tables = [write_shard(tmp, run, p, r) for p, r in bar]
+        tables = [write_shard(target, p, r) for p, r in bar]
         info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0])}
-        return commit(out, tmp, run, [plan_info(p) for p in plans], tables, info, force)
-    except BaseException:
-        discard(tmp)
-        raise
+        return commit(target, [plan_info(p) for p in plans], tables, info)
 
 
 def _file_hash(path) -> str:
@@ -221,7 +349,12 @@ class ShardedDataset:
         if m.get("version") != VERSION:
             raise ShardError(
                 f"{mpath}: format version {m.get('version')!r}, but this mgg reads version "
-                f"{VERSION}: partition the source again with this mgg"
+                f"{VERSION}: write the dataset again with this mgg (mgg partition --out)"
+            )
+        if m.get("digest") != _manifest_digest(m):
+            raise ShardError(
+                f"{mpath}: edited after it was written (its content does not match its "
+                "digest): write the dataset again with mgg partition --out"
             )
         need = (
             "run",
@@ -235,6 +368,7 @@ class ShardedDataset:
             "files",
             "symmetric",
             "name",
+            "fingerprint",
         )
         missing = [k for k in need if k not in m]
         if missing:
@@ -296,11 +430,17 @@ class ShardedDataset:
             raise ShardError(f"{d}: missing: the shard of rank {rank}") from None
         except (OSError, ValueError) as e:
             raise ShardError(f"{d / 'shard.json'}: unreadable ({e})") from e
-        if sj.get("run") != m["run"] or sj.get("rank") != rank:
+        if sj.get("rank") != rank:
+            what = f"the shard of rank {sj.get('rank')!r}"
+            what = f"a link to {os.readlink(d)}, {what}" if d.is_symlink() else f"a copy of {what}"
             raise ShardError(
-                f"{d}: from another partitioning run ({sj.get('run')!r}, rank "
-                f"{sj.get('rank')!r}) than {self.path / MANIFEST} ({m['run']!r}): shards of "
-                "two runs are mixed"
+                f"{d}: {what}, not of rank {rank}: every rank needs its own folder (write the "
+                "dataset again with mgg partition --out)"
+            )
+        if sj.get("run") != m["run"]:
+            raise ShardError(
+                f"{d}: from another partitioning run ({sj.get('run')!r}) than "
+                f"{self.path / MANIFEST} ({m['run']!r}): shards of two runs are mixed"
             )
         arrays = {}
         for name, (size_b, digest) in m["files"][rank].items():
@@ -325,6 +465,11 @@ class ShardedDataset:
             plan = plan_from_arrays(rank, bounds, m["ps"], m["num_edges"], m["symmetric"], arrays)
         except (ValueError, TypeError) as e:
             raise ShardError(f"{d}: {e}") from e
+        if plan.fingerprint() != m["fingerprint"]:
+            raise ShardError(
+                f"{self.path / MANIFEST}: does not describe the plan of {d} (fingerprint "
+                f"{plan.fingerprint()}, the manifest says {m['fingerprint']})"
+            )
         n = plan.num_local_nodes
         if plan.local_indptr.size != n + 1 or plan.remote_indptr.size != n + 1:
             raise ShardError(f"{d}: the plan's rows do not match the node range of rank {rank}")

@@ -5,7 +5,8 @@ sparse input features) and the job's DistGraph g, and returns [n, out]. Autograd
 rest: each aggregation's backward runs over the transposed plan. Parameter names follow
 PyG, so ``layer.load_state_dict(pyg_layer.state_dict())`` works.
 
-Writing a new layer: subclass torch.nn.Module with ``forward(x, g)``; move rows with
+Writing a new layer: subclass torch.nn.Module with ``forward(x, g)`` (first
+``check_graph(g, name)``, as every layer here, so a wrong ``g`` is named); move rows with
 ``linear`` (dense or sparse input), aggregate them with ``aggregate(x, g, op)`` (op 'sum',
 'mean', 'gcn') or with per-edge weights ``aggregate(x, g, weights=w)`` (w [E] or [E, H]
 over ``edge_index(g)``), reach neighbors' per-node values with ``halo``, reduce across
@@ -24,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .ops import SparseRows, aggregate, all_reduce, edge_dropout, edge_index, halo
+from .ops import SparseRows, aggregate, all_reduce, check_graph, edge_dropout, edge_index, halo
 from .ops import linear as _linear
 
 
@@ -81,6 +82,7 @@ class GCNConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x, g) -> torch.Tensor:
+        check_graph(g, "GCNConv")
         if _narrower(x, self.out_channels, pyg=True):
             y = aggregate(_linear(x, self.lin.weight), g, "gcn")
         else:
@@ -117,6 +119,7 @@ class SAGEConv(nn.Module):
                 lin.reset_parameters()
 
     def forward(self, x, g) -> torch.Tensor:
+        check_graph(g, "SAGEConv")
         w, b = self.lin_l.weight, self.lin_l.bias
         if _narrower(x, self.out_channels, pyg=False):
             y = aggregate(_linear(x, w), g, self.aggr)
@@ -143,6 +146,7 @@ class BatchNorm(nn.Module):
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
     def forward(self, x: torch.Tensor, g) -> torch.Tensor:
+        check_graph(g, "BatchNorm")
         if not self.training:
             mean, var = self.running_mean, self.running_var
         else:
@@ -174,6 +178,7 @@ class MLP(nn.Module):
 
     def forward(self, x, g, first_done: bool = False) -> torch.Tensor:
         """``first_done``: x already went through the first Linear (GINConv's order)."""
+        check_graph(g, "MLP")
         for i, lin in enumerate(self.lins):
             if i > 0 or not first_done:
                 x = _linear(x, lin.weight, lin.bias)
@@ -213,6 +218,7 @@ class GINConv(nn.Module):
         return None
 
     def forward(self, x, g) -> torch.Tensor:
+        check_graph(g, "GINConv")
         if g.size > 1 and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.nn.modules()
         ):
@@ -289,6 +295,7 @@ class GATConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x, g) -> torch.Tensor:
+        check_graph(g, "GATConv")
         n, nh, c = x.shape[0], self.heads, self.out_channels
         h = _linear(x, self.lin.weight)  # [n, H·C]
         hv = h.view(n, nh, c)

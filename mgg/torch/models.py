@@ -144,16 +144,24 @@ class Spec:
     weight_decay: float
     heads: int = 1  # attention heads of the hidden layers (the class's default)
     # what mgg.memory's estimate counts per layer (measured: bench/memory_estimate.py)
-    copies: int = 4  # tensors of [nodes, width] kept for backward, with their grads
+    copies: int = 6  # [nodes, hidden] tensors held at the peak: kept, grads, temporaries
     edge_floats: int = 0  # per edge and head (attention)
 
 
 MODELS = {
     "gcn": Spec(GCN, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
-    "sage": Spec(SAGE, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
-    "gin": Spec(GIN, hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4, copies=14),
+    "sage": Spec(SAGE, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4, copies=9),
+    "gin": Spec(GIN, hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4, copies=25),
     "gat": Spec(
-        GAT, hidden=8, layers=2, dropout=0.6, lr=0.005, weight_decay=5e-4, heads=8, edge_floats=10
+        GAT,
+        hidden=8,
+        layers=2,
+        dropout=0.6,
+        lr=0.005,
+        weight_decay=5e-4,
+        heads=8,
+        copies=9,
+        edge_floats=13,
     ),
 }
 

@@ -13,6 +13,7 @@ import torch
 
 from ..arrays import array_module, held, is_sparse, on_gpu, to_host
 from ..distgraph import DistGraph
+from ..errors import InputError
 
 # ---- tensors <-> arrays ------------------------------------------------------------------
 
@@ -150,10 +151,14 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
     weights  per-edge weights for a weighted sum: a tensor [E] or [E, H] (H heads of D/H
              columns each) over the edges in ``edge_index(g)`` order, local then remote
     Differentiable in x, eps and the weights; the backward runs over the transposed plan.
+    x and the weights must have the DistGraph's dtype (``g.dtype``: float32 by default;
+    the cpu backend also aggregates float64, with ``DistGraph.build(..., dtype=np.float64)``),
+    which the kernels compute in: anything else is refused, never cast.
     """
     if op not in OPS:
         raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     check_rows(x, g, "aggregate")
+    _check_tensor(x, g, "x", "[n, D]", (2,))
     if (op == "gin") != (eps is not None):
         raise ValueError("eps goes with op 'gin', and only with it")
     if eps is not None and not isinstance(eps, torch.Tensor):
@@ -162,6 +167,7 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
         return _Aggregate.apply(x, None, None, eps, g, op)
     if op != "sum":
         raise ValueError(f"edge weights make a weighted sum, not {op!r}")
+    _check_tensor(weights, g, "weights", "[E] or [E, H]", (1, 2))
     el = g.plan.num_local_edges
     if weights.shape[0] != el + g.plan.num_remote_edges:
         raise ValueError(
@@ -171,12 +177,38 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
     return _Aggregate.apply(x, weights[:el], weights[el:], None, g, op)
 
 
-def check_rows(x, g, what: str) -> None:
-    """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
+def check_graph(g, what: str) -> None:
+    """TypeError unless ``g`` is a DistGraph: what every op and layer checks first."""
     if not isinstance(g, DistGraph):
         raise TypeError(
-            f"{what} needs the job's DistGraph as its graph, got {type(g).__name__}: "
-            "mgg layers run inside an mgg job (mgg.train.prepare builds it)"
+            f"{what}: the graph argument g must be the job's DistGraph, got "
+            f"{type(g).__name__}: mgg layers run inside an mgg job (mgg.train.prepare or "
+            "DistGraph.build makes it)"
+        )
+
+
+def _check_tensor(t, g, name: str, shape: str, ndims: tuple) -> None:
+    """InputError unless ``t`` is a tensor ``shape`` (of ``ndims`` dimensions) in the
+    job's dtype."""
+    want = as_tensor(np.empty(0, g.dtype)).dtype
+    if not isinstance(t, torch.Tensor) or t.ndim not in ndims:
+        got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise InputError(f"aggregate: {name} must be a {want} tensor {shape}, got {got}")
+    if t.dtype != want:
+        raise InputError(
+            f"aggregate: {name} is {t.dtype} but this job aggregates {want} (the DistGraph's "
+            f"dtype): pass {name}.to({want}), or build the DistGraph with that dtype "
+            "(the cpu backend takes float32 and float64, the cuda backend float32)"
+        )
+
+
+def check_rows(x, g, what: str) -> None:
+    """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
+    check_graph(g, what)
+    if not isinstance(x, torch.Tensor | SparseRows) or not x.shape:
+        raise TypeError(
+            f"{what}: x must be a tensor of this rank's rows (or SparseRows), got "
+            f"{type(x).__name__}"
         )
     if x.shape[0] != g.num_local_nodes:
         raise ValueError(
@@ -232,6 +264,7 @@ class _AllReduce(torch.autograd.Function):
 def all_reduce(t: torch.Tensor, g) -> torch.Tensor:
     """The sum of ``t`` over the ranks of the job (differentiable: every rank's share of
     the loss depends on the sum, so the gradient is summed the same way)."""
+    check_graph(g, "all_reduce")
     if g.comm is None or g.size == 1:
         return t
     return _AllReduce.apply(t, g.comm)
@@ -284,11 +317,11 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     step, global row v, j), never on the number of ranks: P ranks draw the masks of one
     process. x: [n, D] tensor or SparseRows (stored entries only; no gradient).
     """
+    check_rows(x, g, "dropout")
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return x
-    check_rows(x, g, "dropout")
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
     key, threshold, scale = _mask_args(p, g, dtype)
     if isinstance(x, SparseRows):
@@ -299,6 +332,7 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
 def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
     """Dropout of per-edge values w [E, H] (GAT's attention), keyed by each edge's global
     (dst, src) and head, so the masks do not depend on the number of ranks."""
+    check_graph(g, "edge_dropout")
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
@@ -316,6 +350,7 @@ def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.T
 
 def edge_ids(g):
     """(dst, src) int64 arrays [E]: global ids of the rank's edges, local then remote."""
+    check_graph(g, "edge_ids")
 
     def build():
         p = g.plan
@@ -328,6 +363,7 @@ def edge_ids(g):
 def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(src, dst) int64 tensors [E] over the rank's edges, local then remote: dst is a
     local row in [0, n); src indexes the rows of cat([x, halo(x, g)]) ([n + H, k])."""
+    check_graph(g, "edge_index")
 
     def build():
         p, n = g.plan, g.plan.num_local_nodes

@@ -16,12 +16,13 @@ from __future__ import annotations
 import os
 
 from ...atomic import atomic_write
-from ..core import Graph, GraphError
+from ...errors import InputError
+from ..core import Graph
 from ..dataset import Dataset
 from ._common import BEG_SUFFIX, CSR_SUFFIX, stem
 from .edgelist import read_edgelist, write_edgelist
 from .metis import read_metis, write_metis
-from .mgg_bin import _mgg_paths, read_mgg_bin, write_mgg_bin
+from .mgg_bin import _mgg_paths, _write_files, read_mgg_bin, write_mgg_bin
 from .npz import read_npz, write_npz
 from .ogb import is_ogb_dir, read_ogb
 
@@ -41,6 +42,7 @@ __all__ = [
     "write_graph",
     "dropped_on_write",
     "format_name",
+    "write_format",
 ]
 
 FORMAT_NAMES = {
@@ -67,6 +69,41 @@ def _format(path: str) -> str:
     if not os.path.exists(path) and os.path.exists(path + BEG_SUFFIX):
         return "mgg"
     return "edgelist"
+
+
+# what write_graph writes, by suffix (a text format may end in .gz too: gzipped)
+WRITES = {
+    ".npz": "npz",
+    ".txt": "edgelist",
+    ".csv": "edgelist",
+    ".tsv": "edgelist",
+    ".el": "edgelist",
+    ".edges": "edgelist",
+    ".graph": "metis",
+    ".metis": "metis",
+    BEG_SUFFIX: "mgg",
+    CSR_SUFFIX: "mgg",
+}
+WRITTEN = (
+    ".npz (everything), .txt/.csv/.tsv/.el/.edges (edge list), .graph/.metis (METIS), "
+    "those two gzipped with .gz added (x.txt.gz), or *_beg_pos.bin (MGG binary CSR)"
+)
+
+
+def write_format(path) -> str:
+    """The format :func:`write_graph` writes to ``path``, by its suffix; InputError naming
+    the suffix and the formats mgg writes when it writes none there (or path is a folder)."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory; write to a file: {WRITTEN}")
+    name = os.path.basename(path).lower()
+    text = name.removesuffix(".gz")
+    for suffix, fmt in WRITES.items():
+        if text.endswith(suffix) and (text == name or fmt in ("edgelist", "metis")):
+            return fmt
+    suffix = os.path.splitext(text)[1] + name[len(text) :]  # '.npy', '.npz.gz', '.gz'
+    what = f"{suffix!r} files" if suffix else "files without a suffix"
+    raise InputError(f"{path}: mgg writes no {what}; it writes {WRITTEN}")
 
 
 def format_name(path) -> str:
@@ -104,17 +141,14 @@ def read_dataset(path, **kw) -> Dataset:
 
 
 def write_graph(graph: Graph | Dataset, path) -> None:
-    """Write by suffix, as :func:`read_graph` reads; a Dataset keeps its node data in npz.
+    """Write by suffix (:data:`WRITES`; another suffix is refused, InputError); a Dataset
+    keeps its node data in npz.
 
     Atomic: the file (both files of the MGG binary) is written under a temporary name in
     the same folder and renamed into place, so a failed write leaves the old file or none.
     """
+    fmt = write_format(path)
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise GraphError(
-            f"{path}: is a directory; write to a file (.npz, .txt/.gz, .graph, _beg_pos.bin)"
-        )
-    fmt = _format(path)
     if fmt == "npz":
         ds = graph if isinstance(graph, Dataset) else Dataset(stem(path), graph)
         with atomic_write(path) as tmp:
@@ -123,8 +157,8 @@ def write_graph(graph: Graph | Dataset, path) -> None:
     g = graph.graph if isinstance(graph, Dataset) else graph
     if fmt == "mgg":
         beg, csr = _mgg_paths(path)
-        with atomic_write(beg, csr) as (tmp, _):
-            write_mgg_bin(g, tmp)
+        with atomic_write(beg, csr) as tmps:
+            _write_files(g, *tmps)
         return
     with atomic_write(path) as tmp:
         if fmt == "metis":
@@ -136,7 +170,7 @@ def write_graph(graph: Graph | Dataset, path) -> None:
 def dropped_on_write(graph: Graph | Dataset, path) -> list[str]:
     """What :func:`write_graph` of ``graph`` to ``path`` cannot keep (e.g. ``["features",
     "labels"]``); empty when the format holds everything."""
-    fmt = _format(os.fspath(path))
+    fmt = write_format(path)
     g = graph.graph if isinstance(graph, Dataset) else graph
     lost = []
     if fmt != "npz" and isinstance(graph, Dataset):

@@ -17,7 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from ...memory import available_bytes, csr_bytes, require
-from ..core import Graph, GraphError
+from ..core import IDS_HINT, Graph, GraphError
 from ._common import (
     BOM,
     DIGITS_WS,
@@ -36,7 +36,6 @@ _CHUNK_BYTES = 1 << 24
 _EXACT_INT = 2**53
 _NODES_HEADER = re.compile(rb"nodes\s*[:=]\s*(\d+)", re.IGNORECASE)
 _ID_DIGITS = len(str(MAX_ID))
-IDS_HINT = "node ids index the CSR's rows, so N = max id + 1: number the nodes 0..N-1"
 
 
 class _LineError(Exception):

@@ -86,8 +86,13 @@ def write_mgg_bin(graph: Graph, prefix) -> tuple[str, str]:
     The format has no weights: a weighted graph is written without them (with a warning).
     """
     beg_path, csr_path = _mgg_paths(prefix)
+    _write_files(graph, beg_path, csr_path)
+    return beg_path, csr_path
+
+
+def _write_files(graph: Graph, beg_path, csr_path) -> None:
+    """The two files of the format, at any two paths (write_graph's temporaries)."""
     if graph.weights is not None:
-        warnings.warn("the MGG binary CSR stores no edge weights; they are dropped", stacklevel=2)
+        warnings.warn("the MGG binary CSR stores no edge weights; they are dropped", stacklevel=3)
     graph.indptr.astype("<i8").tofile(beg_path)
     graph.indices.astype("<i8").tofile(csr_path)
-    return beg_path, csr_path

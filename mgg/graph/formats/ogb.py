@@ -53,7 +53,7 @@ KNOWN = {
     "papers100m": OgbInfo("ogbn-papers100M", False, "multiclass", 1, 172, "acc", "time"),
     "mag": OgbInfo("ogbn-mag", False, "multiclass", 1, 349, "acc", "time", hetero=True),
 }
-_MARKERS = ("edge.csv.gz", "data.npz")
+MARKERS = ("edge.csv.gz", "data.npz")  # what raw/ holds: the CSV or binary form
 _HETERO_MARKERS = ("num-node-dict.csv.gz", "triplet-type-list.csv.gz", "edge_index_dict.npz")
 _PARTS = ("train", "valid", "test")
 EDGE_FEAT = ("auto", "mean", "skip")
@@ -63,7 +63,7 @@ def is_ogb_dir(path) -> bool:
     """A directory whose ``raw/`` holds an OGB graph (homogeneous or heterogeneous)."""
     raw = os.path.join(os.fspath(path), "raw")
     return os.path.isdir(raw) and any(
-        os.path.isfile(os.path.join(raw, f)) for f in _MARKERS + _HETERO_MARKERS
+        os.path.isfile(os.path.join(raw, f)) for f in MARKERS + _HETERO_MARKERS
     )
 
 

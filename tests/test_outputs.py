@@ -1,0 +1,261 @@
+"""The output folder of `mgg partition --out D`: one writer at a time, nothing temporary
+left after an error, a Ctrl-C, a SIGTERM or (after the next run) a SIGKILL, and errors
+that name the user's path (a full disk, a read-only folder)."""
+
+import errno
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from mgg.atomic import hold, is_temporary
+from mgg.cli import main
+from mgg.graph.dataset import Dataset
+from mgg.graph.formats import write_graph
+from mgg.partition.shards import ShardedDataset, lock_path
+
+from conftest import ROOT, mpirun, random_graph
+
+# `mgg ARGS`, with rank 0's shard writer pausing after its first shard: it writes the
+# file $MARK (its pid) and waits until $MARK.go exists. The phase a test kills it in.
+PAUSED = """
+import os, sys, time
+import mgg.partition.distributed as dist
+import mgg.partition.shards as shards
+from mgg.cli import main
+
+real, mark = shards.write_shard, os.environ["MARK"]
+
+def paused(target, plan, rows):
+    table = real(target, plan, rows)
+    if plan.rank == 0:
+        with open(mark + ".part", "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(mark + ".part", mark)
+        end = time.time() + 120
+        while not os.path.exists(mark + ".go") and time.time() < end:
+            time.sleep(0.02)
+    return table
+
+shards.write_shard = dist.write_shard = paused
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.fixture
+def graph(tmp_path):
+    rng = np.random.default_rng(0)
+    n = 2000
+    g = random_graph(rng, n, 20000)
+    x = rng.standard_normal((n, 64)).astype(np.float32)  # 256 KiB per 500 nodes
+    path = tmp_path / "g.npz"
+    write_graph(Dataset("g", g, x, rng.integers(0, 5, n)), path)
+    return path
+
+
+def _paused(tmp_path, *args, launcher=()):
+    """Start ``mgg ARGS`` (under ``launcher``, e.g. mggrun) paused after rank 0's first
+    shard; returns (process, mark) once the pause is reached."""
+    script = tmp_path / "paused.py"
+    script.write_text(PAUSED)
+    mark = tmp_path / "mark"
+    env = dict(os.environ, MARK=str(mark), MGG_PROGRESS="0")
+    python = ["python"] if launcher else [sys.executable]  # mggrun runs python as its own
+    cmd = [*launcher, *python, *map(str, [script, *args])]
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    end = time.time() + 120
+    while not mark.exists():
+        if proc.poll() is not None or time.time() > end:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the writer never reached its first shard: {err.decode()[-2000:]}")
+        time.sleep(0.05)
+    return proc, mark
+
+
+def _temporaries(folder):
+    return [p.name for p in folder.iterdir() if is_temporary(p)]
+
+
+def _cli(capsys, *args):
+    code = main([str(a) for a in args])
+    return code, capsys.readouterr().err
+
+
+# ---- case 1: concurrent writers -----------------------------------------------------------
+def test_a_second_writer_is_refused_while_the_first_writes(tmp_path, graph, capsys):
+    out = tmp_path / "d"
+    first, mark = _paused(tmp_path, "partition", graph, "--np", "2", "--out", out)
+    pid = mark.read_text()
+    for force in ([], ["--force"]):
+        code, err = _cli(capsys, "partition", graph, "--np", "4", "--out", out, *force)
+        assert code == 2 and f"error: {out} is in use by another job (pid {pid} on " in err, err
+        assert "wait until it ends, or write to another --out" in err
+    (tmp_path / "mark.go").touch()
+    assert first.wait(120) == 0, first.stderr.read().decode()[-2000:]
+    assert ShardedDataset(out).np == 2  # the first job's output, whole
+    code, err = _cli(capsys, "partition", graph, "--np", "4", "--out", out)
+    assert code == 2 and f"{out}: already exists (pass --force" in err
+    assert _cli(capsys, "partition", graph, "--np", "4", "--out", out, "--force")[0] == 0
+    assert ShardedDataset(out).np == 4 and _temporaries(tmp_path) == []
+
+
+def test_commit_checks_again_that_the_output_is_absent(tmp_path, graph, monkeypatch, capsys):
+    """A folder that appeared at D while the shards were written (by something that does
+    not take the lock) is not replaced without --force."""
+    import mgg.partition.shards as shards
+
+    out, real = tmp_path / "d", shards.write_shard
+
+    def and_someone_writes_out(target, plan, rows):
+        out.mkdir(exist_ok=True)
+        (out / "theirs.txt").write_text("keep me")
+        return real(target, plan, rows)
+
+    monkeypatch.setattr(shards, "write_shard", and_someone_writes_out)
+    code, err = _cli(capsys, "partition", graph, "--np", "2", "--out", out)
+    assert code == 2 and f"{out}: already exists" in err, err
+    assert [p.name for p in out.iterdir()] == ["theirs.txt"] and _temporaries(tmp_path) == []
+
+
+@pytest.mark.mpi
+def test_every_rank_of_a_distributed_writer_gets_the_lock_error(tmp_path, graph):
+    out = tmp_path / "d"
+    lock = hold(lock_path(out), "test")
+    r = mpirun(2, "mgg", "partition", graph, "--out", out, "--distributed", timeout=120)
+    lock.release()
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert f"error: {out} is in use by another job (pid {os.getpid()} on " in r.stderr
+    assert r.stderr.count("error:") == 1, r.stderr
+    assert not out.exists() and _temporaries(tmp_path) == []
+    out.mkdir()  # checked before the work, on every rank: one error, from rank 0
+    r = mpirun(2, "mgg", "partition", graph, "--out", out, "--distributed", timeout=120)
+    assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr[-2000:]
+    assert f"error: {out}: already exists (pass --force" in r.stderr
+
+
+# ---- case 3: killed writers ---------------------------------------------------------------
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_ctrl_c_or_sigterm_while_writing_leaves_nothing(tmp_path, graph, sig):
+    out = tmp_path / "d"
+    proc, _ = _paused(tmp_path, "partition", graph, "--np", "2", "--out", out)
+    assert len(_temporaries(tmp_path)) == 1  # the write has started
+    proc.send_signal(sig)
+    assert proc.wait(60) == 130
+    assert "mgg partition: interrupted" in proc.stderr.read().decode()
+    assert not out.exists() and _temporaries(tmp_path) == []
+
+
+def test_a_killed_writers_leftovers_are_swept_by_the_next_run(tmp_path, graph, capsys):
+    out = tmp_path / "d"
+    proc, _ = _paused(tmp_path, "partition", graph, "--np", "2", "--out", out)
+    proc.kill()
+    proc.wait(60)
+    left = _temporaries(tmp_path)
+    assert len(left) == 1 and (tmp_path / left[0] / "rank-0000").is_dir() and not out.exists()
+    assert _cli(capsys, "partition", graph, "--np", "2", "--out", out)[0] == 0
+    assert _temporaries(tmp_path) == [] and ShardedDataset(out).np == 2
+
+
+@pytest.mark.mpi
+def test_a_ctrl_c_of_a_distributed_writer_leaves_nothing(tmp_path, graph):
+    out = tmp_path / "d"
+    mggrun = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", "2"]
+    args = ("partition", graph, "--out", out, "--distributed")
+    proc, _ = _paused(tmp_path, *args, launcher=mggrun)
+    assert len(_temporaries(tmp_path)) == 1
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130, proc.stderr.read().decode()[-2000:]
+    assert not out.exists() and _temporaries(tmp_path) == []
+
+
+# ---- cases 4 and 6: a full disk, a read-only folder ---------------------------------------
+def _mount_tmpfs(folder, options):
+    """Mount a tmpfs on ``folder`` (root only, with the capability), else skip."""
+    folder.mkdir()
+    try:
+        r = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True
+        )
+    except OSError as e:
+        pytest.skip(f"cannot mount a tmpfs: {e}")
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 192 KiB file system: the shards of ``graph`` do not fit."""
+    disk = tmp_path / "small"
+    _mount_tmpfs(disk, "size=192k")
+    yield disk
+    subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+FULL = r"{out}/rank-000[01]/[\w.]+\.npy: cannot write it: No space left on device$"
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(small_disk, graph, capsys):
+    out = small_disk / "d"
+    code, err = _cli(capsys, "partition", graph, "--np", "2", "--out", out)
+    assert code == 2, err
+    line = err.strip().splitlines()[-1]
+    assert line.startswith("mgg partition: error: ")
+    assert re.search(FULL.format(out=re.escape(str(out))), line), line
+    assert [p.name for p in small_disk.iterdir()] == [".d.lock"]  # no out, no temporary
+
+
+@pytest.mark.mpi
+def test_a_full_disk_under_a_distributed_writer_ends_every_rank(small_disk, graph):
+    out = small_disk / "d"
+    r = mpirun(2, "mgg", "partition", graph, "--out", out, "--distributed", timeout=120)
+    assert r.returncode == 2 and r.stderr.count("error:") == 1, r.stderr[-2000:]
+    assert re.search(FULL.format(out=re.escape(str(out))), r.stderr.strip(), re.M), r.stderr
+    assert [p.name for p in small_disk.iterdir()] == [".d.lock"]
+
+
+def test_a_full_disk_simulated(tmp_path, graph, monkeypatch, capsys):
+    """Where no small file system can be mounted: ENOSPC simulated in the lowest write of a
+    shard's file (after half of it is written), as a real full disk raises it."""
+    import mgg.partition.shards as shards
+
+    real = shards._write_npy
+
+    def full_at_x(path, a):
+        if path.name == "x.npy" and "rank-0001" in str(path):
+            path.write_bytes(b"\x93NUMPY half")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, a)
+
+    monkeypatch.setattr(shards, "_write_npy", full_at_x)
+    out = tmp_path / "d"
+    code, err = _cli(capsys, "partition", graph, "--np", "2", "--out", out)
+    assert code == 2
+    assert err.strip().endswith(f"{out}/rank-0001/x.npy: cannot write it: No space left on device")
+    assert not out.exists() and _temporaries(tmp_path) == []
+
+
+def test_a_read_only_folder_is_named_as_the_user_wrote_it(tmp_path, graph, capsys):
+    parent = tmp_path / "ro"
+    if os.geteuid() == 0:
+        _mount_tmpfs(parent, "ro,size=64k")
+    else:
+        parent.mkdir()
+        parent.chmod(0o555)
+    try:
+        out = parent / "d"
+        code, err = _cli(capsys, "partition", graph, "--np", "2", "--out", out)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(parent)], check=False)
+        else:
+            parent.chmod(0o755)
+    assert code == 2 and err.strip().splitlines()[-1] in (
+        f"mgg partition: error: {out}: cannot write it: Read-only file system",
+        f"mgg partition: error: {out}: cannot write it: Permission denied",
+    ), err
