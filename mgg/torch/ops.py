@@ -8,6 +8,8 @@ views of CPU tensors, DLPack between torch and CuPy on GPUs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -187,10 +189,15 @@ def check_graph(g, what: str) -> None:
         )
 
 
+@functools.cache
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.empty(0, dtype)).dtype
+
+
 def _check_tensor(t, g, name: str, shape: str, ndims: tuple) -> None:
     """InputError unless ``t`` is a tensor ``shape`` (of ``ndims`` dimensions) in the
     job's dtype."""
-    want = as_tensor(np.empty(0, g.dtype)).dtype
+    want = _torch_dtype(np.dtype(g.dtype))
     if not isinstance(t, torch.Tensor) or t.ndim not in ndims:
         got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
         raise InputError(f"aggregate: {name} must be a {want} tensor {shape}, got {got}")
