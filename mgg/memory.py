@@ -178,7 +178,8 @@ ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept,
 OUTPUT_COPIES = 6  # [rows, classes] tensors: the last layer's, the loss's and their grads
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
-FEATURELESS_IDENTITY_MAX = 200_000  # mgg.train.prepare: one-hot ids up to here, else
+# what mgg.train.prepare gives a graph without features (here, as the estimate counts it):
+FEATURELESS_IDENTITY_MAX = 200_000  # one-hot node ids up to this many nodes, else
 FEATURELESS_WIDTH = 64  # this many seeded random features
 
 

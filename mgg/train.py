@@ -22,13 +22,13 @@ from .graph.core import job_graph
 from .graph.dataset import Dataset, random_features
 from .harness.timing import slowest
 from .knobs import Knobs, space
+from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
 from .partition.shards import ShardedDataset
 from .progress import progress
 from .torch import SparseRows, as_features, graph_kind, sync_gradients
 from .tuner import Protocol, Workload, drive
 
 FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
-FEATURELESS_IDENTITY_MAX = 200_000  # up to this many nodes, featureless graphs get one-hot ids
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
 
 
@@ -114,8 +114,8 @@ def prepare(
             x = sp.identity(n, np.float32, format="csr")[lb:ub]
             notes += "; features: one-hot node ids"
         else:
-            x = random_features(seed, lb, ub, 64)
-            notes += "; features: 64 seeded random"
+            x = random_features(seed, lb, ub, FEATURELESS_WIDTH)
+            notes += f"; features: {FEATURELESS_WIDTH} seeded random"
             seeded = True
     else:
         x = rows.x

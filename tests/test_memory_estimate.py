@@ -51,13 +51,6 @@ def test_estimate_grows_with_hidden_as_the_parameters_do(name, features, monkeyp
         before = parts, params, largest
 
 
-def test_featureless_inputs_as_prepare_makes_them():
-    import mgg.memory
-    import mgg.train
-
-    assert mgg.memory.FEATURELESS_IDENTITY_MAX == mgg.train.FEATURELESS_IDENTITY_MAX
-
-
 def test_refused_before_allocating(monkeypatch, capsys):
     monkeypatch.setenv("MGG_MEMORY_LIMIT", "150M")
     assert main(["train", "--dataset", "planted:nodes=300000,classes=8", "--epochs", "1"]) == 2
