@@ -30,6 +30,7 @@ from .tuner import Protocol, Workload, drive
 
 FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
 SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
+UNREAD_MAX = 100  # steps whose losses wait on the device at most (then read_losses runs)
 
 
 @dataclass
@@ -167,6 +168,17 @@ def prepare(
     return dg, data
 
 
+@dataclass
+class _Unread:
+    """A step whose loss is still on the device: its history record, this rank's share of
+    the loss (a 0-d tensor) and the step's start and end marks (Trainer._mark)."""
+
+    rec: dict
+    loss: torch.Tensor
+    start: object
+    end: object
+
+
 class Trainer:
     """Full-graph training of a torch ``model`` (``model(x, g)`` -> logits [n, C] over this
     rank's rows) with any torch.optim ``optimizer``.
@@ -174,7 +186,10 @@ class Trainer:
     Every rank runs the same steps (SPMD): forward, the cross-entropy over the global train
     mask (each rank its share), backward (aggregations over the transposed plan), one
     allreduce of all gradients, the same optimizer step, so the weights stay identical on
-    every rank; ``check_sync`` verifies that with a hash after each step.
+    every rank; ``check_sync`` verifies that with a hash after each step. A step never waits
+    for the device (beyond MPI's allreduce when P > 1): its loss is read later, with every
+    loss not yet read, where fit prints or evaluates, at checkpoints and at its end
+    (:meth:`read_losses`).
 
     Multi-label targets (``data.y`` 0/1 [n, T], C = T, as ogbn-proteins): the loss is the
     binary cross-entropy with logits averaged over train rows and tasks, and the metric
@@ -241,6 +256,7 @@ class Trainer:
         self.progress_bar = progress_bar
         self.epoch = 0
         self.history: list[dict] = []
+        self._unread: list[_Unread] = []  # steps whose loss is still on the device
         self.tune, self.tune_space, self.tune_start = tune, tune_space, tune_start
         self.tune_budget = tune_budget
         self.tuning: dict | None = None  # the search's result once it ran
@@ -249,6 +265,8 @@ class Trainer:
         self.train_count = self._sum([float(data.train_mask.sum())])[0]
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
+        # the train rows as indices, once: a boolean mask's indexing waits for the device
+        self._train_rows = torch.nonzero(data.train_mask).squeeze(1)
         if isinstance(config, Knobs):
             graph.configure(config)
         elif config:
@@ -282,31 +300,63 @@ class Trainer:
         return out
 
     # ---- one step --------------------------------------------------------------------
-    def train_step(self) -> tuple[float, float]:
-        """One full-graph training step; returns (loss, seconds)."""
-        t0 = time.perf_counter()
-        d = self.data
+    def train_step(self) -> dict:
+        """One full-graph training step, which never waits for the device (but for the
+        gradients' allreduce when P > 1: MPI is not CUDA-aware). Returns its history record
+        {"epoch", "loss", "seconds"}; loss and seconds stay None until :meth:`read_losses`
+        reads them (fit does where it prints or evaluates, at checkpoints and at its end;
+        at the latest after UNREAD_MAX steps)."""
+        start = self._mark()
         self.model.train()
         self.g.begin_step(self.epoch)
         self.opt.zero_grad()
         logits = self._logits()
-        loss = self._loss_sum(logits, d.train_mask) / self.train_count
+        loss = self._loss_sum(logits, self._train_rows) / self.train_count
         loss.backward()
         sync_gradients(self.model.parameters(), self.comm)
-        total = float(self._sum([loss.item()])[0])
-        if not np.isfinite(total):
-            raise DivergedError(self._not_finite(total))
         self.opt.step()
         self.epoch += 1
         if self.check_sync:
             self._check_weights_agree()
-        return total, time.perf_counter() - t0
+        rec = {"epoch": self.epoch, "loss": None, "seconds": None}
+        self._unread.append(_Unread(rec, loss.detach(), start, self._mark()))
+        if len(self._unread) >= UNREAD_MAX:
+            self.read_losses()
+        return rec
 
-    def _not_finite(self, total: float) -> str:
-        """What a NaN/inf loss means (collective): the features are not finite, or too
-        large for float32 arithmetic (beyond sqrt(float32 max) their products overflow);
-        the model overflows on its first step (no optimizer step yet); else the learning
-        rate made training diverge."""
+    def read_losses(self, extra=()) -> np.ndarray:
+        """Collective: fill in the loss (summed over the ranks) and seconds of every step
+        not read yet, in one host transfer and, when P > 1, one allreduce; DivergedError
+        naming the first epoch whose loss is not finite. ``extra``: more 0-d tensors to sum
+        over the ranks in the same transfer and allreduce; returns their sums (float64
+        [len(extra)])."""
+        unread, self._unread = self._unread, []
+        parts = [t.to(torch.float64).reshape(1) for t in extra]
+        if unread:
+            parts.insert(0, torch.stack([u.loss for u in unread]).to(torch.float64))
+        if not parts:
+            return np.zeros(0)
+        total = self._sum(torch.cat(parts).cpu().numpy())
+        for u, loss in zip(unread, total, strict=False):
+            if not np.isfinite(loss):
+                raise DivergedError(self._not_finite(float(loss), u.rec["epoch"]))
+            u.rec["loss"], u.rec["seconds"] = float(loss), _seconds(u.start, u.end)
+        return total[len(unread) :]
+
+    def _mark(self):
+        """Now, on the steps' clock: an event on the device's stream (timed once read,
+        without waiting for it here) on a GPU, the host's clock on a CPU."""
+        if not self.g.backend.gpu:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def _not_finite(self, total: float, epoch: int) -> str:
+        """What a NaN/inf loss at ``epoch`` (1-based) means (collective): the features are
+        not finite, or too large for float32 arithmetic (beyond sqrt(float32 max) their
+        products overflow); the model overflows on its first step (no optimizer step
+        before it); else the learning rate made training diverge."""
         x = self.data.x
         v = torch.as_tensor(to_host(x.m.data)) if isinstance(x, SparseRows) else x.detach()
         ok = torch.isfinite(v)
@@ -317,7 +367,7 @@ class Trainer:
         bad, big = local
         name = self.data.identity.get("dataset")
         what = f"the features of {name!r}" if name else "the input features"
-        loss = f"the loss is {total} at epoch {self.epoch + 1}"
+        loss = f"the loss is {total} at epoch {epoch}"
         if bad:
             return f"{loss}: {what} hold {bad:.0f} NaN/inf values (not a learning-rate problem)"
         if big > FLOAT32_SAFE:
@@ -326,7 +376,7 @@ class Trainer:
                 f"arithmetic (products beyond {np.finfo(np.float32).max:.3g}): scale them "
                 "down, e.g. --row-normalize (not a learning-rate problem)"
             )
-        if self.epoch == 0:
+        if epoch == 1:
             return (
                 f"{loss}, before any optimizer step (not a learning-rate problem): the "
                 f"model's float32 arithmetic overflows on {what} (up to {big:.3g} in "
@@ -348,12 +398,13 @@ class Trainer:
         if len(set(digests)) != 1:
             raise RuntimeError(f"weights diverged across ranks after epoch {self.epoch}: {digests}")
 
-    def _loss_sum(self, logits, mask) -> torch.Tensor:
-        """The loss summed over the rows of ``mask`` (multi-label: averaged over tasks)."""
-        if self.multilabel:
-            y = self.data.y[mask]  # float32 (prepare)
-            return F.binary_cross_entropy_with_logits(logits[mask], y, reduction="sum") / y.shape[1]
-        return F.cross_entropy(logits[mask], self.data.y[mask], reduction="sum")
+    def _loss_sum(self, logits, rows) -> torch.Tensor:
+        """The loss summed over ``rows`` (an index tensor; multi-label: averaged over
+        tasks), a 0-d tensor on the device."""
+        out, y = logits.index_select(0, rows), self.data.y.index_select(0, rows)
+        if self.multilabel:  # y float32 (prepare)
+            return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / y.shape[1]
+        return F.cross_entropy(out, y, reduction="sum")
 
     # ---- evaluation ------------------------------------------------------------------
     @torch.no_grad()
@@ -364,16 +415,16 @@ class Trainer:
         d = self.data
         self.model.eval()
         logits = self._logits()
-        local = [float(self._loss_sum(logits, d.train_mask))]
+        local = [self._loss_sum(logits, self._train_rows)]
         masks = (d.train_mask, d.val_mask, d.test_mask)
         if self.multilabel:
-            tot = self._sum(local)
+            tot = self.read_losses(local)  # with the steps' losses: one read
             acc = self._global_rocauc(logits, masks)
         else:
             right = logits.argmax(1) == d.y
             for mask in masks:
-                local += [float((right & mask).sum()), float(mask.sum())]
-            tot = self._sum(local)
+                local += [(right & mask).sum(), mask.sum()]
+            tot = self.read_losses(local)
             acc = [tot[i] / tot[i + 1] if tot[i + 1] else None for i in (1, 3, 5)]
         acc = [None if a is None or not np.isfinite(a) else float(a) for a in acc]
         return {
@@ -437,28 +488,38 @@ class Trainer:
             self._search(epochs)
         bar = progress(total=epochs, desc="train", unit="epoch", enable=self.progress_bar)
         bar.update(self.epoch)
+        # the losses are read where a line shows them, if any rank shows one: at the same
+        # epochs on every rank (a read is collective)
+        shown = bool(self._sum([self.log is not None or not bar.disable])[0])
         with bar:
             while self.epoch < epochs:
                 before = self.g.stats["remote_bytes"]
-                loss, secs = self.train_step()
+                rec = self.train_step()
                 self._bytes = self.g.stats["remote_bytes"] - before
-                rec = {"epoch": self.epoch, "loss": loss, "seconds": secs}
                 if self.eval_every and (self.epoch % self.eval_every == 0 or self.epoch == epochs):
-                    ev = self.evaluate()
+                    ev = self.evaluate()  # reads the losses too
                     rec.update({k: ev[k] for k in ("train_acc", "val_acc", "test_acc")})
                 self.history.append(rec)
-                bar.update()
-                bar.set_postfix(loss=f"{loss:.4f}", val=metric(rec.get("val_acc")))
                 # every epoch of a short run, about 20 lines of a long one
-                if self.log and (epochs <= 50 or self.epoch % max(1, epochs // 20) == 0):
+                line = epochs <= 50 or self.epoch % max(1, epochs // 20) == 0
+                if line and shown:
+                    self.read_losses()
+                bar.update()
+                if rec["loss"] is not None:
+                    bar.set_postfix(loss=f"{rec['loss']:.4f}", val=metric(rec.get("val_acc")))
+                if self.log and line:
                     acc = (
                         ""
                         if "val_acc" not in rec
                         else f"  train {metric(rec['train_acc'])}  val {metric(rec['val_acc'])}"
                     )
-                    self.log(f"epoch {self.epoch:4d}  loss {loss:.4f}{acc}  {secs * 1e3:8.1f} ms")
+                    self.log(
+                        f"epoch {self.epoch:4d}  loss {rec['loss']:.4f}{acc}  "
+                        f"{rec['seconds'] * 1e3:8.1f} ms"
+                    )
                 if self.checkpoint_every and self.epoch % self.checkpoint_every == 0:
                     self._checkpoint()
+        self.read_losses()
         if self.epoch > start and self._saved != self.epoch:
             self._checkpoint()  # after the last epoch (the search's too)
         return self.history
@@ -485,13 +546,12 @@ class Trainer:
         def measure(cfg):
             self.g.configure(**cfg)
             setup = self.g.stats["setup_seconds"]
-            loss, secs = self.train_step()
-            secs -= self.g.stats["setup_seconds"] - setup  # design allocation
-            secs = float(slowest(self.comm, [secs])[0])
-            self.history.append(
-                {"epoch": self.epoch, "loss": loss, "seconds": secs, "config": dict(cfg)}
-            )
-            return secs
+            rec = self.train_step()
+            self.read_losses()  # the step's whole time, its device work included
+            secs = rec["seconds"] - (self.g.stats["setup_seconds"] - setup)  # design allocation
+            rec.update(seconds=float(slowest(self.comm, [secs])[0]), config=dict(cfg))
+            self.history.append(rec)
+            return rec["seconds"]
 
         be = self.g.backend
         width = getattr(self.model, "config", {}).get("hidden", 16)
@@ -530,6 +590,7 @@ class Trainer:
     def save_checkpoint(self, path) -> Path:
         """Rank 0 writes the model's and the optimizer's state dicts with the trainer's
         state (epoch, history, configuration), atomically (mgg.checkpoint); collective."""
+        self.read_losses()  # the history it keeps has every loss
         meta = {
             "epoch": self.epoch,
             "history": self.history,
@@ -555,11 +616,19 @@ class Trainer:
         )
         self.epoch = meta["epoch"]
         self.history = list(meta.get("history", []))
+        self._unread = []  # records of steps the checkpoint replaces
         self.tuning = meta.get("tuning")
         for note in checkpoint.restore_knobs(self.g, meta):
             if self.log:
                 self.log(f"checkpoint {path}: {note}")
         self._resumed_from = path if epochs is None else None  # else checked already
+
+
+def _seconds(start, end) -> float:
+    """Seconds between two of Trainer._mark's marks (events: both reached by the device)."""
+    if isinstance(start, float):
+        return end - start
+    return start.elapsed_time(end) / 1e3
 
 
 def metric(value) -> str:

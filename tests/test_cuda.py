@@ -14,7 +14,14 @@ import pytest
 
 from mgg.comm.nvshmem import HeapTooSmallError, check_heap, heap_bytes, heap_needed
 from mgg.kernels import reference
-from mgg.kernels.cuda import SOURCE, compile_options, exclusive_flags, launch_config, nvshmem_home
+from mgg.kernels.cuda import (
+    SOURCE,
+    compile_options,
+    exclusive_flags,
+    launch_config,
+    nvshmem_home,
+    width_class,
+)
 from mgg.partition import build_plan
 from mgg.tuner import known_gpu
 
@@ -75,27 +82,71 @@ def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
+# every width class the launcher picks, for some D (and heads); the compile tests build each
+CLASSES = sorted({width_class(d, h) for d in range(1, 1025) for h in (1, 2, 8) if d % h == 0})
+
+
+def every_class_source(tmp_path) -> Path:
+    """aggregate.cu with every class's kernel instantiated (mgg_aggregate_class<vec, W>):
+    one translation unit, so that the get mode's NVSHMEM headers compile once."""
+    src = tmp_path / "every_class.cu"
+    classes = " ".join(f"X({v}, {w})" for v, w in CLASSES)
+    src.write_text(f'#define MGG_EVERY_CLASS {classes}\n#include "{SOURCE}"\n')
+    return src
+
+
+def compiled_classes(ptxas_log: str) -> dict[str, set[tuple[int, int]]]:
+    """{arch: the (vec, W) of each mgg_aggregate_class ptxas compiled} from -Xptxas -v."""
+    got: dict[str, set[tuple[int, int]]] = {}
+    for v, w, arch in re.findall(
+        r"entry function '_Z19mgg_aggregate_classILi(\d+)ELi(\d+)E\w*' for '(sm_\d+)'",
+        ptxas_log,
+    ):
+        got.setdefault(arch, set()).add((int(v), int(w)))
+    return got
+
+
 @pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 @pytest.mark.parametrize("weighted", [0, 1])
 def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
+    """Every width class's kernel, and the launcher's mgg_aggregate, for sm_80 and sm_90."""
+    assert {(4, 16), (4, 128), (4, 256), (4, 0), (1, 1), (1, 64), (1, 0)} <= set(CLASSES)
     cmd = [
         NVCC,
-        *compile_options(bool(weighted), "p2p"),
+        *compile_options(bool(weighted), "p2p", (4, 16)),
         "--Werror",
         "all-warnings",
+        "-Xptxas",
+        "-v",
         "-gencode",
         "arch=compute_80,code=sm_80",
         "-gencode",
         "arch=compute_90,code=sm_90",
         "-c",
-        str(SOURCE),
+        str(every_class_source(tmp_path)),
         "-o",
         str(tmp_path / "k.o"),
     ]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "k.o").stat().st_size > 0
+    assert compiled_classes(r.stderr) == {"sm_80": set(CLASSES), "sm_90": set(CLASSES)}
+    assert len(re.findall(r"entry function 'mgg_aggregate' for", r.stderr)) == 2
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
+def test_a_width_class_that_the_kernel_does_not_lay_out_fails_to_compile(tmp_path):
+    for cls in ((4, 48), (4, 512), (2, 8), (1, 3)):
+        r = subprocess.run(
+            [NVCC, *compile_options(False, "p2p", cls), "-arch=sm_90", "--cubin"]
+            + ["-o", str(tmp_path / "k.cubin"), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert r.returncode != 0 and "MGG_" in r.stderr, cls
 
 
 @pytest.mark.compile
@@ -103,22 +154,24 @@ def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
 @pytest.mark.parametrize("weighted", [0, 1])
 def test_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted):
     """What CuPy's nvcc backend does with the get variant's options at run time: -dc,
-    then a device link against libnvshmem_device into a cubin (sm_90; sm_80 too once)."""
+    then a device link against libnvshmem_device into a cubin, for sm_80 and sm_90; every
+    width class's kernel in the one object."""
     home = nvshmem_home()
     if home is None:
         pytest.skip("the get mode needs NVSHMEM (nvidia-nvshmem-cu13, in the dev extra)")
-    archs = ["arch=compute_90,code=sm_90"] + (["arch=compute_80,code=sm_80"] if weighted else [])
+    archs = ["arch=compute_90,code=sm_90", "arch=compute_80,code=sm_80"]
     gencode = [a for arch in archs for a in ("-gencode", arch)]
-    opts = list(compile_options(bool(weighted), "get"))
+    opts = list(compile_options(bool(weighted), "get", (4, 128)))
     assert "-dc" in opts and f"-I{home}/include" in opts and "-lnvshmem_device" in opts
-    compile_ = [NVCC, *gencode, *opts, "--Werror", "all-warnings"]
+    compile_ = [NVCC, *gencode, *opts, "--Werror", "all-warnings", "-Xptxas", "-v"]
     r = subprocess.run(
-        [*compile_, "-o", str(tmp_path / "k.o"), str(SOURCE)],
+        [*compile_, "-o", str(tmp_path / "k.o"), str(every_class_source(tmp_path))],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-3000:]
+    assert compiled_classes(r.stderr) == {"sm_80": set(CLASSES), "sm_90": set(CLASSES)}
     link_opts = [o for o in opts if o != "-dc"]
     for arch in archs:  # a cubin holds one architecture
         r = subprocess.run(
@@ -188,7 +241,8 @@ def nvrtc_ptx(lib, source: str, options) -> str:
 @pytest.mark.parametrize("major", [12, 13])
 def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     """The p2p and training kernels through NVRTC 12 and 13 (the gpu and gpu-cu12
-    extras), for sm_80 and sm_90; a broken source must fail, so the check can."""
+    extras), for sm_80 and sm_90 (the p2p kernel of every width class for sm_90, as the
+    launcher builds it); a broken source must fail, so the check can."""
     from mgg.kernels.cuda.nn_ops import SOURCE as NN
 
     lib = nvrtc_library(major)
@@ -198,9 +252,10 @@ def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     for arch in ("sm_80", "sm_90"):
         tail = [f"--gpu-architecture={arch}", "-ftz=true"]  # as CuPy adds
         for weighted in (False, True):
-            opts = [*compile_options(weighted, "p2p"), *tail]
-            status, log, size = nvrtc_compile(lib, SOURCE.read_text(), opts)
-            assert status == 0 and size > 0, log
+            for cls in CLASSES if arch == "sm_90" else [(4, 16), (1, 0)]:
+                opts = [*compile_options(weighted, "p2p", cls), *tail]
+                status, log, size = nvrtc_compile(lib, SOURCE.read_text(), opts)
+                assert status == 0 and size > 0, (cls, log)
         status, log, size = nvrtc_compile(lib, NN.read_text(), ["-std=c++17", *tail])
         assert status == 0 and size > 0, log
     # both p2p variants end with dist, then heads (the weighted one's weights per edge)
@@ -250,8 +305,8 @@ class Launches:
         self.calls = []
         self.modules = []
 
-    def load_module(self, device_id, weighted, mode):
-        self.modules.append((weighted, mode))
+    def load_module(self, device_id, weighted, mode, cls):
+        self.modules.append((weighted, mode, cls))
         return self
 
     def get_function(self, name):
@@ -285,8 +340,9 @@ def fake_cupy(monkeypatch):
 @pytest.mark.parametrize("mode", ["p2p", "get"])
 def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch, tmp_path, mode):
     """run() builds the argument list each variant of mgg_aggregate was compiled with
-    (heads last, after dist / ps), and passes per-call edge weights and their heads to
-    the weighted variant; no GPU needed (cupy and the module are stand-ins)."""
+    (heads last, after dist / ps), passes per-call edge weights and their heads to the
+    weighted variant, null pointers to the unweighted one, picks the width class of D and
+    the heads, and allocates nothing; no GPU needed (cupy and the module are stand-ins)."""
     import mgg.kernels.cuda as kc
 
     if mode == "get" and nvshmem_home() is None:
@@ -308,16 +364,18 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
         for w in (False, True)
     }
     assert len(signatures[True]) == (19 if mode == "p2p" else 20)  # heads included
-    cases = [  # (op, weights, weighted module, heads)
-        ("sum", None, False, 1),
-        ("gcn", None, True, 1),
-        ("sum", (wl, wr), True, 4),
-        ("sum", (wl[:, 0].copy(), wr[:, 0].copy()), True, 1),
+    # D = 20: 5 float4 lanes, 8 a group; with 4 heads a head is 5 columns: scalar lanes
+    cases = [  # (op, weights, weighted module, heads, width class)
+        ("sum", None, False, 1, (4, 32)),
+        ("gcn", None, True, 1, (4, 32)),
+        ("sum", (wl, wr), True, 4, (1, 32)),
+        ("sum", (wl[:, 0].copy(), wr[:, 0].copy()), True, 1, (4, 32)),
     ]
-    for op, weights, weighted, heads in cases:
+    monkeypatch.setitem(sys.modules, "cupy", None)  # a launch that imports cupy fails
+    for op, weights, weighted, heads, cls in cases:
         rec.calls.clear()
         kc.run(dp, x, peers, out, op, 0.0, cfg, 0, weights=weights)
-        assert rec.modules[-1] == (weighted, mode)
+        assert rec.modules[-1] == (weighted, mode, cls)
         (args,) = [a for name, a in rec.calls if name == "mgg_aggregate"]
         assert [ptx_type(a) for a in args] == signatures[weighted]
         assert args[-1] == heads and type(args[-1]) is np.int32
@@ -325,6 +383,8 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
             assert args[6] is weights[0] and args[13] is weights[1]
         elif op == "gcn":
             assert args[6] is dp.local_w and args[13] is dp.remote_w
+        else:  # no weights: null pointers
+            assert args[6] == args[13] == 0 and type(args[6]) is type(args[13]) is np.uint64
     with pytest.raises(ValueError, match="weighted sum"):
         kc.run(dp, x, peers, out, "mean", 0.0, cfg, 0, weights=(wl, wr))
     with pytest.raises(ValueError, match="do not divide"):
@@ -351,13 +411,21 @@ def test_nn_launchers_match_the_compiled_kernel_signatures(rng, monkeypatch, tmp
     indptr = np.array([0, 0, 3, 3, 5], np.int64)
     a, b = np.ones((4, 8), np.float32), np.ones((9, 8), np.float32)
     assert nn_ops.sddmm(indptr, np.array([1, 2, 3, 4, 8]), a, b, 2).shape == (5, 2)
-    assert [name for name, _ in calls] == ["mgg_edge_dropout", "mgg_sddmm"]
+    lp, rp = np.array([0, 1, 3], np.int64), np.array([0, 2, 2], np.int64)
+    src, a_all, a_dst = np.arange(5, dtype=np.int64), np.ones((6, 2), np.float32), a[:2, :2]
+    alpha = nn_ops.gat_softmax(lp, rp, src, a_all, a_dst, 0.2)
+    assert alpha.shape == (5, 2)
+    dscore, da_dst = nn_ops.gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, alpha, 0.2)
+    assert dscore.shape == (5, 2) and da_dst.shape == (2, 2)
+    assert nn_ops.segment_sum(np.arange(7), src, dscore, 6).shape == (6, 2)
+    launched = ["mgg_edge_dropout", "mgg_sddmm", "mgg_gat_softmax", "mgg_gat_softmax_backward"]
+    assert [name for name, _ in calls] == [*launched, "mgg_segment_sum"]
     for name, args in calls:
         assert [ptx_type(x) for x in args] == ptx_params(ptx, name), name
     with pytest.raises(ValueError, match="do not divide"):
         nn_ops.sddmm(indptr, np.array([1, 2, 3, 4, 8]), a, b, 3)
     assert nn_ops.sddmm(np.zeros(3, np.int64), np.zeros(0, np.int32), a, None, 2).shape == (0, 2)
-    assert len(calls) == 2  # nothing launched for no edges
+    assert len(calls) == 5  # nothing launched for no edges
 
 
 # ---- host logic, no GPU needed -----------------------------------------------------------
@@ -392,6 +460,35 @@ def test_launch_config_follows_the_paper_and_rejects_what_cannot_run():
         launch_config(4, 1, 64, 16, 10, 10, h100, "p2p")
     with pytest.raises(ValueError, match="remote mode"):
         compile_options(False, "carrier-pigeon")
+    # ps * wpb ids rounded up to 4 ints, so that staged rows start 16-byte aligned
+    assert launch_config(5, 1, 3, 64, 10, 10, h100, "get").smem == 16 * 4 + 2 * 5 * 3 * 64 * 4
+
+
+def test_width_class_is_the_narrowest_layout_that_holds_d():
+    """Against the definition: 16-byte lanes where D and each head's width are multiples of
+    4; W the least vec * 2**k >= D with 2**k <= 64 vectors, else 0 (the generic kernel);
+    and the occupancy model's lanes as aggregate.cu lays them out."""
+    from mgg.kernels.cuda.occupancy import lanes_per_edge
+
+    for d in range(1, 700):
+        for heads in [h for h in (1, 2, 3, 4, 8) if d % h == 0]:
+            vec, w = width_class(d, heads)
+            assert vec == (4 if d % 4 == 0 and (d // heads) % 4 == 0 else 1), (d, heads)
+            fits = [vec * 2**k for k in range(7) if vec * 2**k >= d]
+            assert w == (fits[0] if fits else 0), (d, heads)
+    dims = (1, 3, 16, 31, 32, 33, 64, 100, 128, 256, 300, 512, 600)
+    assert [width_class(d) for d in dims] == [
+        (1, 1), (1, 4), (4, 16), (1, 32), (4, 32), (1, 64), (4, 64), (4, 128), (4, 128),
+        (4, 256), (4, 0), (4, 0), (4, 0),
+    ]  # fmt: skip
+    assert width_class(64, 8) == (4, 64) and width_class(16, 8) == (1, 16)
+    # (edges a warp sums at once, passes over a row, vectors a lane loads of a row)
+    assert lanes_per_edge(1) == (32, 1, 1) and lanes_per_edge(16) == (8, 1, 1)
+    assert lanes_per_edge(64) == (2, 1, 1) and lanes_per_edge(128) == (1, 1, 1)
+    assert lanes_per_edge(33) == (1, 1, 2) and lanes_per_edge(256) == (1, 1, 2)
+    assert lanes_per_edge(600) == (1, 3, 2) and lanes_per_edge(601) == (1, 10, 2)
+    with pytest.raises(ValueError, match="heads must divide the feature width"):
+        width_class(20, 3)
 
 
 def test_heap_size_parsing_and_the_too_small_error():
@@ -572,20 +669,25 @@ def test_uvm_placement_advises_own_rows_to_the_gpu_and_verifies_it():
 # ---- on a GPU ------------------------------------------------------------------------------
 @gpu
 @pytest.mark.gpu
-@pytest.mark.parametrize("nprocs", [1, 2, 4])
+@pytest.mark.parametrize("nprocs", [1, 3])
 @pytest.mark.parametrize("op", ["sum", "mean", "gcn", "gin"])
 def test_kernel_equals_scipy(rng, nprocs, op):
+    """Every width class and its edges (D = 1 .. 600: group lanes, float4 and scalar lanes,
+    one and two vectors a lane, the generic kernel's slabs) and partition shapes."""
+    dims = (1, 2, 3, 4, 5, 8, 9, 16, 31, 32, 33, 64, 100, 128, 130, 256, 300, 512, 600)
+    assert {width_class(d) for d in dims} == set(CLASSES)
     for kind in range(4):  # plain, hub source, hub destination, empty ranks
         n = 9 if kind == 3 else 3000
         g = random_graph(rng, n, 30 * n, hub_src=kind == 1, hub_dst=kind == 2)
         if op == "gcn":
             g = g.gcn_norm()
-        for dim in (1, 16, 20, 64, 130):
-            x = rng.standard_normal((n, dim)).astype(np.float32)
-            for ps, dist, wpb in ((16, 4, 4), (1, 1, 1), (32, 16, 8), (5, 3, 2)):
-                plans = build_plan(g, nprocs if kind != 3 else 12, ps)
+        for ps, dist, wpb in ((16, 4, 4), (1, 1, 1), (32, 16, 8), (5, 3, 2)):
+            plans = build_plan(g, nprocs if kind != 3 else 12, ps)
+            for dim in dims:
+                x = rng.standard_normal((n, dim)).astype(np.float32)
                 out = virtual("pipelined", plans, x, op, eps=0.25, dist=dist, wpb=wpb)
-                assert_agg_close(out, reference.aggregate(g, x, op, eps=0.25), g, x)
+                want = reference.aggregate(g, x, op, eps=0.25)
+                assert_agg_close(out, want, g, x)
 
 
 @gpu
@@ -601,11 +703,12 @@ def test_memcheck_is_clean(tmp_path):
         from mgg.graph.generators import rmat
         from mgg.partition import build_plan
         g = rmat(8, 8).gcn_norm()
-        x = np.random.default_rng(0).standard_normal((g.num_nodes, 20)).astype(np.float32)
-        d = get_design("virtual", "pipelined")(build_plan(g, 3, 7), None, 20, dist=3, wpb=2)
-        assign(d.x, x)
-        for op in ("sum", "gcn", "gin", "mean"):
-            d(op)
+        for dim in (3, 20, 33, 256, 600):  # width classes: groups, one row, generic slabs
+            x = np.random.default_rng(0).standard_normal((g.num_nodes, dim)).astype(np.float32)
+            d = get_design("virtual", "pipelined")(build_plan(g, 3, 7), None, dim, dist=3, wpb=2)
+            assign(d.x, x)
+            for op in ("sum", "gcn", "gin", "mean"):
+                d(op)
         cupy.cuda.Device().synchronize()
         print("done")
     """)
@@ -689,6 +792,111 @@ def test_gpu_training_follows_the_cpu_loss_curve(model):
     assert 0 <= final["test_acc"] <= 1
 
 
+# CUDA calls that make the host wait for the device (CuPy's too, which torch's sync debug
+# mode does not see): synchronizations, blocking copies, frees
+BLOCKING = re.compile(
+    r"^cu(da)?(Stream|Device|Ctx|Event)Synchronize|^cu(da)?Memcpy(?!.*Async)|^cu(da)?(Mem)?Free"
+    r"(_v2)?$"
+)
+
+
+def blocking_calls(prof, region: str) -> tuple[list[str], int]:
+    """(the blocking CUDA calls, the kernel launches) the profiler recorded inside the
+    record_function ``region``."""
+    from torch.autograd import DeviceType
+
+    events = prof.events()
+    (span,) = [e.time_range for e in events if e.name == region and e.device_type == DeviceType.CPU]
+    inside = [
+        e.name
+        for e in events
+        if e.device_type == DeviceType.CPU
+        and span.start <= e.time_range.start
+        and e.time_range.end <= span.end
+    ]
+    return [n for n in inside if BLOCKING.match(n)], sum("LaunchKernel" in n for n in inside)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin", "gat"])
+def test_a_training_step_never_waits_for_the_gpu(model):
+    """After warm-up, training steps of each registered model on one GPU make no
+    synchronizing torch call (torch's sync debug mode raises on one) and no blocking CUDA
+    call at all (the profiler's record of the runtime and driver calls, CuPy's included),
+    and the losses read afterwards equal those of the same run unwatched."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    import mgg.torch as mt
+    from mgg.graph.generators import planted_partition
+    from mgg.train import Trainer, build_optimizer, prepare
+
+    assert model in mt.MODELS
+    ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
+    losses = {}
+    for watched in (False, True):
+        dg, data = prepare(ds, None, model, backend="cuda")
+        m = mt.build_model(model, data.num_features, data.num_classes).to(data.y.device)
+        t = Trainer(dg, data, m, build_optimizer("adam", m, 0.01, 5e-4), eval_every=0)
+        warm = [t.train_step() for _ in range(2)]  # compile, upload, allocate (both buffers)
+        t.read_losses()
+        if not watched:
+            steps = [t.train_step() for _ in range(4)]
+        else:
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                torch.cuda.set_sync_debug_mode("error")
+                try:
+                    with record_function("steps"):
+                        steps = [t.train_step() for _ in range(4)]
+                finally:
+                    torch.cuda.set_sync_debug_mode(0)
+        t.read_losses()
+        losses[watched] = [s["loss"] for s in warm + steps]
+        assert all(s["seconds"] > 0 for s in steps)
+        dg.free()
+    waits, launches = blocking_calls(prof, "steps")
+    assert launches > 0, "the profiler recorded no kernel launch: the check would be void"
+    assert waits == [], waits
+    np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4, atol=1e-6)
+
+
+@gpu
+@pytest.mark.gpu
+def test_gin_eps_on_the_gpu_is_never_read_and_its_gradient_equals_scipy(rng):
+    """GIN's eps on the GPU stays there (the kernel sums x + A x, eps x is added after it):
+    no synchronizing torch call, and (1 + eps) x + A x, its x gradient and its eps gradient
+    equal scipy's."""
+    import torch
+
+    import mgg.torch as mt
+    from mgg.distgraph import DistGraph
+    from mgg.torch.ops import _Aggregate
+
+    g = random_graph(rng, 500, 4000, hub_dst=True).remove_self_loops()
+    dg = DistGraph.build(g, None, backend="cuda", ps=4)
+    xn = rng.standard_normal((500, 16)).astype(np.float32)
+    wn = rng.standard_normal((500, 16)).astype(np.float32)
+    x = torch.from_numpy(xn).cuda().requires_grad_()
+    eps = torch.tensor([0.3], device="cuda", requires_grad=True)
+    w = torch.from_numpy(wn).cuda()
+    assert _Aggregate.eps_stays(eps, x)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        y = mt.aggregate(x, dg, "gin", eps=eps)
+        (y * w).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    a = g.to_scipy().astype(np.float64)
+    x64, w64 = xn.astype(np.float64), wn.astype(np.float64)
+    e = np.float32(0.3).astype(np.float64)
+    assert_agg_close(y.detach().cpu().numpy(), (1 + e) * x64 + a @ x64, g, xn)
+    dx = x.grad.cpu().numpy()
+    np.testing.assert_allclose(dx, (1 + e) * w64 + a.T @ w64, rtol=1e-4, atol=1e-4)
+    assert abs(eps.grad.item() - (x64 * w64).sum()) <= 1e-5 * np.abs(x64 * w64).sum()
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.mpi
@@ -713,30 +921,32 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
         from mgg.partition import build_plan
         comm = get_comm("nvshmem")
         g = rmat(11, 8, seed=1).gcn_norm()
+        plan = build_plan(g, comm.size, 8, rank=comm.rank, transposed=False)
         outs = {{}}
-        for op in ("sum", "mean", "gcn", "gin"):
-            plan = build_plan(g, comm.size, 8, rank=comm.rank, transposed=False)
-            d = CudaPipelined(plan, comm, 24, dist=3, wpb=2, remote="{mode}")
-            d.x[:] = cupy.asarray(random_features(5, plan.lb, plan.ub, 24))
-            got = cupy.asnumpy(d(op, eps=0.3))
-            assert d.remote_path["mode"] == "{mode}", d.remote_path
-            rows = comm.gather(got, root=0)
-            if comm.rank == 0:
-                outs[op] = np.concatenate(rows)
-            d.free()
+        for dim in (5, 24, 300):  # width classes: scalar groups, float4 groups, generic
+            for op in ("sum", "mean", "gcn", "gin"):
+                d = CudaPipelined(plan, comm, dim, dist=3, wpb=2, remote="{mode}")
+                d.x[:] = cupy.asarray(random_features(5, plan.lb, plan.ub, dim))
+                got = cupy.asnumpy(d(op, eps=0.3))
+                assert d.remote_path["mode"] == "{mode}", d.remote_path
+                rows = comm.gather(got, root=0)
+                if comm.rank == 0:
+                    outs[f"{{op}}{{dim}}"] = np.concatenate(rows)
+                d.free()
         if comm.rank == 0:
             np.savez(r"{tmp_path / "out.npz"}", size=comm.size, **outs)
         finalize()
     """)
     )
-    r = mpirun(nprocs, "python", job, timeout=90)
+    r = mpirun(nprocs, "python", job, timeout=180)  # the get mode compiles 6 modules
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = np.load(tmp_path / "out.npz")
     assert int(got["size"]) == nprocs  # not a run of singletons
     g = rmat(11, 8, seed=1).gcn_norm()
-    x = random_features(5, 0, g.num_nodes, 24)
-    for op in ("sum", "mean", "gcn", "gin"):
-        assert_agg_close(got[op], reference.aggregate(g, x, op, eps=0.3), g, x)
+    for dim in (5, 24, 300):
+        x = random_features(5, 0, g.num_nodes, dim)
+        for op in ("sum", "mean", "gcn", "gin"):
+            assert_agg_close(got[f"{op}{dim}"], reference.aggregate(g, x, op, eps=0.3), g, x)
 
 
 @gpu
@@ -830,19 +1040,40 @@ def test_cuda_backend_of_the_aggregate_entry_point(rng, op):
 @gpu
 @pytest.mark.gpu
 def test_cuda_aggregate_with_per_call_multi_head_edge_weights(rng):
-    """Per-call edge weights, one or 4 heads (column j takes w[e, j // C]), through the
-    mgg.kernels entry point and aggregate_halo's launch knobs, against the CPU kernel."""
+    """Per-call edge weights, 1 to 32 heads (column j takes w[e, j // C]) at widths of
+    every class, on 1 and 3 PEs, through the mgg.kernels entry point and aggregate_halo's
+    launch knobs, against the CPU kernel."""
     import cupy
 
     from mgg.kernels import aggregate, gather_halo
     from mgg.kernels.cuda import aggregate_halo
 
     g = random_graph(rng, 1500, 20_000, hub_src=True, isolated=20)
-    for dim in (4, 20, 64, 136):  # D < 32 (C = 1, 5 with 4 heads) and D >= 32
+    cases = {  # D: heads (None: one weight per edge, [E]), over every class's lane layout
+        1: (None, 1),
+        2: (None,),
+        3: (None, 3),
+        4: (None, 1, 4),
+        8: (None, 4),
+        16: (None, 2, 8),  # float4 lanes with 2 heads; scalar with 8 (2 columns a head)
+        20: (1, 4),
+        31: (1,),
+        33: (None, 3),
+        64: (None, 8),  # GAT's 8 heads of 8
+        100: (1, 5),
+        128: (None, 4, 32),
+        136: (4,),
+        256: (2,),
+        300: (3,),
+        512: (8,),
+        600: (None, 4),
+    }
+    assert {width_class(d, h or 1) for d, hs in cases.items() for h in hs} == set(CLASSES)
+    for dim, head_counts in cases.items():
         x = rng.standard_normal((1500, dim)).astype(np.float32)
-        for p in build_plan(g, 3, 8):
+        for p in build_plan(g, 1, 8) + build_plan(g, 3, 8):
             xs, halo = x[p.lb : p.ub], gather_halo(p, x)
-            for heads in (None, 1, 4):  # None: one weight per edge, [E]
+            for heads in head_counts:
                 tail = () if heads is None else (heads,)
                 wl = rng.standard_normal((p.num_local_edges, *tail)).astype(np.float32)
                 wr = rng.standard_normal((p.num_remote_edges, *tail)).astype(np.float32)
@@ -861,6 +1092,7 @@ def test_cuda_aggregate_with_per_call_multi_head_edge_weights(rng):
                     )
                     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-4)
     p = build_plan(g, 3, 8)[0]
+    x = rng.standard_normal((1500, 20)).astype(np.float32)
     wl, wr = np.ones((p.num_local_edges, 3), np.float32), np.ones((p.num_remote_edges, 3))
     with pytest.raises(ValueError, match="do not divide"):
         aggregate_halo(p, x[p.lb : p.ub], gather_halo(p, x), "sum", weights=(wl, wr))
@@ -920,6 +1152,44 @@ def test_gpu_sddmm_and_edge_dropout_equal_the_cpu_kernels(rng, heads):
         got = nn_ops.edge_dropout(cupy.asarray(dst), src, heads, 5000, key, threshold, scale)
         np.testing.assert_array_equal(cupy.asnumpy(got), want)
         assert abs((want == 0).mean() - p) < 0.02
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads", [1, 3, 8])
+def test_gpu_gat_softmax_and_its_backward_equal_the_cpu_kernels(rng, heads):
+    """The attention kernels on a graph with hubs (warps whose lanes walk many edges) and
+    empty rows, local and remote edges, against the numba twins."""
+    import cupy
+
+    from mgg.kernels import cpu_nn
+    from mgg.kernels.cuda import nn_ops
+
+    n, slots = 900, 1300
+    loc = random_graph(rng, n, 9000, hub_dst=True, isolated=40)
+    rem = random_graph(rng, n, 3000, hub_dst=True, isolated=100)
+    lp, rp = loc.indptr.astype(np.int64), rem.indptr.astype(np.int64)
+    src = np.concatenate([loc.indices, n + rng.integers(0, slots - n, rem.num_edges)])
+    src = src.astype(np.int64)
+    a_all = (3 * rng.standard_normal((slots, heads))).astype(np.float32)
+    a_dst = (3 * rng.standard_normal((n, heads))).astype(np.float32)
+    dalpha = rng.standard_normal((src.size, heads)).astype(np.float32)
+    up = cupy.asarray
+    want = cpu_nn.gat_softmax(lp, rp, src, a_all, a_dst, 0.2)
+    got = nn_ops.gat_softmax(up(lp), up(rp), up(src), up(a_all), up(a_dst), 0.2)
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-5, atol=1e-7)
+    ws, wd = cpu_nn.gat_softmax_backward(lp, rp, src, a_all, a_dst, want, dalpha, 0.2)
+    gs, gd = nn_ops.gat_softmax_backward(
+        up(lp), up(rp), up(src), up(a_all), up(a_dst), got, up(dalpha), 0.2
+    )
+    np.testing.assert_allclose(cupy.asnumpy(gs), ws, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(cupy.asnumpy(gd), wd, rtol=1e-4, atol=1e-5)
+    ptr = np.zeros(slots + 1, np.int64)
+    np.cumsum(np.bincount(src, minlength=slots), out=ptr[1:])
+    perm = np.argsort(src, kind="stable")
+    want = cpu_nn.segment_sum(ptr, perm, ws, slots)
+    got = nn_ops.segment_sum(up(ptr), up(perm), gs, slots)
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-4, atol=1e-5)
 
 
 def test_the_remote_mode_is_checked_before_any_gpu_work(rng, capsys):

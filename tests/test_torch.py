@@ -73,6 +73,30 @@ def test_layers_equal_pyg_forward_and_gradients(rng, kind, fin, fout):
         torch.testing.assert_close(p.grad, theirs_grads[name].grad, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_equals_the_softmax_torch_computes_edge_by_edge(rng, dtype):
+    """mt.attention's one-kernel softmax (and its backward) against torch's composition:
+    gather the scores per edge, LeakyReLU, edge_softmax; hubs and nodes without in-edges."""
+    g = random_graph(rng, 60, 500, hub_dst=True, isolated=5)
+    dg = DistGraph.build(g, None, ps=4, dtype=np.dtype(str(dtype)[6:]))
+    a_src = (3 * torch.randn(60, 4, dtype=dtype)).requires_grad_()
+    a_dst = (3 * torch.randn(60, 4, dtype=dtype)).requires_grad_()
+    alpha = mt.attention(a_src, a_dst, dg, 0.1)
+    src, dst = mt.edge_index(dg)
+    s0, d0 = a_src.detach().clone().requires_grad_(), a_dst.detach().clone().requires_grad_()
+    score = torch.nn.functional.leaky_relu(s0[src] + d0[dst], 0.1)
+    want = mt.edge_softmax(score, dst, 60)
+    tol = 1e-6 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(alpha, want, atol=tol, rtol=tol)
+    w = torch.randn_like(want)
+    (alpha * w).sum().backward()
+    (want * w).sum().backward()
+    torch.testing.assert_close(a_src.grad, s0.grad, atol=10 * tol, rtol=10 * tol)
+    torch.testing.assert_close(a_dst.grad, d0.grad, atol=10 * tol, rtol=10 * tol)
+    with pytest.raises(ValueError, match="two \\[n, heads\\] tensors"):
+        mt.attention(a_src, a_dst[:, :2], dg)
+
+
 @pytest.mark.parametrize("kind", ["gcn", "sage", "gin"])
 @pytest.mark.parametrize("fin,fout", [(12, 5), (6, 16)])
 def test_pyg_widths_aggregates_where_pyg_does_and_computes_the_same(
@@ -377,3 +401,33 @@ def test_p_ranks_equal_one_process(tmp_path, kind, nprocs, design):
         assert e < 1e-3, (name, err)
     if kind == "gin":
         assert "normalizes each rank's rows alone" in err["refused"]
+
+
+@pytest.mark.parametrize("eps_stays", [False, True])
+def test_gin_aggregate_and_its_eps_gradient_equal_scipy(rng, monkeypatch, eps_stays):
+    """(1 + eps) x + A x, dx = (1 + eps) w + Aᵀ w and d eps = <x, w> against scipy, both
+    ways: eps read by the kernel (the CPU), and eps left on the device with eps x added
+    after the kernel (what a GPU does: _Aggregate.eps_stays, forced here)."""
+    from mgg.torch.ops import _Aggregate
+
+    if eps_stays:
+        monkeypatch.setattr(_Aggregate, "eps_stays", staticmethod(lambda eps, x: eps is not None))
+    g = random_graph(rng, 30, 150, hub_dst=True).remove_self_loops()
+    dg = DistGraph.build(g, None, ps=3, dtype=np.float64)
+    x = torch.randn(30, 5, dtype=torch.float64, requires_grad=True)
+    eps = torch.tensor([0.3], dtype=torch.float64, requires_grad=True)
+    w = torch.randn(30, 5, dtype=torch.float64)
+    y = mt.aggregate(x, dg, "gin", eps=eps)
+    (y * w).sum().backward()
+    a, xn, wn = g.to_scipy().astype(np.float64), x.detach().numpy(), w.numpy()
+    np.testing.assert_allclose(y.detach().numpy(), 1.3 * xn + a @ xn, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(x.grad.numpy(), 1.3 * wn + a.T @ wn, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(eps.grad.numpy(), [(xn * wn).sum()], rtol=1e-12)
+
+
+def test_batch_norm_counts_the_rows_of_every_rank_from_the_plan(rng):
+    """The count over the ranks is the plan's node count (no allreduce, no device read),
+    so x must be this rank's rows: other rows are refused, naming both counts."""
+    dg = DistGraph.build(random_graph(rng, 20, 60), None)
+    with pytest.raises(ValueError, match=r"^BatchNorm: the input has 19 rows but rank 0 owns 20"):
+        mt.BatchNorm(5)(torch.randn(19, 5), dg)

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import mgg.torch as mt
 from mgg.errors import DivergedError, InputError
@@ -191,6 +192,7 @@ def test_diverging_weights_are_caught(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(f"""
 import torch
+import torch.nn.functional as F
 import mgg.torch as mt
 from mgg.comm import get_comm
 from mgg.graph.specs import resolve
@@ -335,3 +337,92 @@ def test_tune_holds_the_knobs_this_job_sets(capsys):
         "mgg train: error: --tune searches ps, dist, threads, and --config (or their flags) "
         "sets every one: nothing to tune; drop --tune, or the knobs it should search\n"
     )
+
+
+def losses_read_every_step(ds, name, epochs, lr=None):
+    """The oracle: a plain loop over the same model, data and optimizer (SGD at ``lr`` if
+    given) that reads the loss after every step, until it is not finite."""
+    spec = mt.MODELS[name]
+    dg, data = prepare(ds, None, name)
+    model = mt.build_model(name, data.num_features, data.num_classes)
+    opt = (
+        build_optimizer("adam", model, spec.lr, spec.weight_decay)
+        if lr is None
+        else torch.optim.SGD(model.parameters(), lr=lr)
+    )
+    mask, count = data.train_mask, float(data.train_mask.sum())
+    losses = []
+    for epoch in range(epochs):
+        model.train()
+        dg.begin_step(epoch)
+        opt.zero_grad()
+        out = model(data.x, dg)
+        loss = F.cross_entropy(out[mask], data.y[mask], reduction="sum") / count
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+        if not np.isfinite(losses[-1]):
+            break
+    return losses
+
+
+def count_reads(t: Trainer) -> list:
+    """Filled as t runs: how many losses each of t's reads found unread (empty reads are
+    left out)."""
+    reads, read = [], t.read_losses
+
+    def spy(extra=()):
+        if t._unread:
+            reads.append(len(t._unread))
+        return read(extra)
+
+    t.read_losses = spy
+    return reads
+
+
+def test_losses_are_read_late_and_equal_a_loop_that_reads_every_step():
+    """A step leaves its loss on the device: read_losses fills in every record not read
+    yet, at once, and fit's history is the plain loop's, for every model. fit reads where
+    a line is printed (a long run: every epochs // 20), else once at its end."""
+    ds = planted_partition(300, 3, avg_degree=6, num_features=12, seed=2)
+    for name in mt.MODELS:
+        want = losses_read_every_step(ds, name, 5)
+        t = trainer(ds, name)
+        steps = [t.train_step() for _ in range(3)]
+        assert all(s["loss"] is None and s["seconds"] is None for s in steps)
+        t.read_losses()
+        assert [s["loss"] for s in steps] == want[:3], name
+        assert all(s["seconds"] > 0 for s in steps)
+        assert [h["loss"] for h in trainer(ds, name).fit(5)] == want, name
+    want = losses_read_every_step(ds, "gcn", 60)
+    for log in (None, []):
+        t = trainer(ds, "gcn")
+        t.log = None if log is None else log.append
+        reads = count_reads(t)
+        history = t.fit(60)
+        assert [h["loss"] for h in history] == want, log
+        assert all(h["seconds"] > 0 for h in history)
+        # one read of all 60 steps, or one per printed line (epochs 3, 6, ..., 60)
+        assert reads == ([60] if log is None else [3] * 20), reads
+        if log is not None:
+            assert len(log) == 20 and f"loss {want[5]:.4f}" in log[1], log[:2]
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the diverging run overflows
+def test_a_loss_read_late_names_the_epoch_it_first_went_non_finite():
+    """Losses are read after the steps (here once, at the end of fit), yet the error names
+    the first epoch whose loss was NaN/inf, as a loop reading every step finds it; the
+    losses before it are kept."""
+    ds = planted_partition(200, 2, seed=0)
+    want = losses_read_every_step(ds, "gcn", 10, lr=1e6)
+    bad = len(want)  # the first non-finite epoch (1-based)
+    assert 2 < bad < 10 and not np.isfinite(want[-1]), want
+    t = trainer(ds, "gcn")
+    t.opt = torch.optim.SGD(t.model.parameters(), lr=1e6)
+    with pytest.raises(
+        DivergedError,
+        match=rf"^training diverged: the loss is (nan|inf) at epoch {bad} \(learning rate "
+        r"1e\+06\): lower the learning rate$",
+    ):
+        t.fit(10)
+    assert [h["loss"] for h in t.history[: bad - 1]] == want[:-1]

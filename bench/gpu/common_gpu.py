@@ -265,15 +265,18 @@ class Results:
         )
 
     def finish(self, **payload) -> int:
-        """Final write and plot; the exit status: 3 where a row's UVM placement was not
-        verified (its UVM numbers would not measure UVM), else 0."""
+        """Final write and plot; the exit status: 3 where a row's managed-memory placement
+        (<name>_advice_verified) was not verified (its UVM numbers would not measure what
+        they say), else 0."""
         self.payload.update(payload)
         if self.plot is not None and self.rows:
             self.plot(self.rows, GPU_RESULTS / f"{self.name}.png")
         self.write()
-        bad = [r for r in self.rows if r.get("uvm_advice_verified") is False]
-        for r in bad:
-            print(f"UVM placement not verified: {r.get('uvm_advice')}", flush=True)
+        tag = "_advice_verified"
+        bad = [(k, r) for r in self.rows for k, v in r.items() if k.endswith(tag) and v is False]
+        for k, r in bad:
+            name = k.removesuffix(tag)
+            print(f"{name} placement not verified: {r.get(f'{name}_advice')}", flush=True)
         return 3 if bad else 0
 
 
@@ -314,7 +317,7 @@ def time_designs(
     """Seconds per call of each GPU design over P virtual PEs (one call = every PE's
     aggregation, one after another on this GPU), round-robin; outputs are checked
     against scipy first. Also returns each design's setup seconds under 'setup', and the
-    UVM design's placement under 'uvm_advice'."""
+    placement of each managed-memory design (uvm, uvm_hbm) under '<name>_advice'."""
     import cupy
 
     from mgg.backend import assign
@@ -335,17 +338,19 @@ def time_designs(
             check_output(g, x, op, cupy.asnumpy(d(op)), label=name)
     t = cuda_compare({k: (lambda d=d: d(op)) for k, d in designs.items()}, repeat)
     t["setup"] = {k: d.setup_seconds for k, d in designs.items()}
-    if "uvm" in designs:
-        t["uvm_advice"] = designs["uvm"].advice
+    for k, d in designs.items():
+        if hasattr(d, "advice"):
+            t[f"{k}_advice"] = d.advice
     designs.clear()
     cupy.get_default_memory_pool().free_all_blocks()
     return t
 
 
-def uvm_columns(t: dict) -> dict:
-    """The row fields that say whether the UVM placement took effect."""
-    a = t["uvm_advice"]
-    return {"uvm_advice_verified": a["verified"], "uvm_advice": a["detail"]}
+def uvm_columns(t: dict, name: str = "uvm") -> dict:
+    """The row fields that say whether design ``name``'s managed-memory placement took
+    effect."""
+    a = t[f"{name}_advice"]
+    return {f"{name}_advice_verified": a["verified"], f"{name}_advice": a["detail"]}
 
 
 __all__ = [

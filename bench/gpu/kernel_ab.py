@@ -4,12 +4,15 @@
 
 One Reddit-size R-MAT, generated once and shared through a file; each kernel source (this
 checkout's aggregate.cu, and OLD.cu if given, e.g. `git show REV:mgg/kernels/cuda/
-aggregate.cu`) runs in its own process (the kernel compiles once per process) and times
-mgg's sum and gcn (ps = 64 and 128, dist = 1, wpb = 4) round-robin with cuSPARSE, so each
-source's ratio to cuSPARSE comes from one run. Then one process runs this checkout's
-kernel under Nsight Compute (--clock-control none) over one call of each kernel at the
-widest D: speed of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy and
-warp stall reasons; its report is kept as text (kernel_ab_ncu.txt).
+aggregate.cu`) runs in its own process (the launcher caches its compiled modules per
+process: a source compiles once per width class there; an old source ignores the class's
+-D options) and times mgg's sum and gcn (ps = 64 and 128, dist = 1, wpb = 4) round-robin
+with cuSPARSE, so each source's ratio to cuSPARSE comes from one run; each row records the
+registers per thread of the kernel that ran. Then one process runs this checkout's kernel
+under Nsight Compute (--clock-control none) over one call of each kernel at every D:
+speed of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy, launch
+statistics (registers) and warp stall reasons; its report is kept as text
+(kernel_ab_ncu.txt).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
     import cupyx.profiler
     import torch
 
+    import mgg.kernels.cuda as kc
     from mgg.backend import assign
     from mgg.designs import get_design
     from mgg.graph.core import Graph
@@ -59,8 +63,6 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
     from mgg.partition import build_plan
 
     if source:
-        import mgg.kernels.cuda as kc
-
         kc.SOURCE = Path(source)
     z = np.load(path)
     g = Graph(z["indptr"], z["indices"], check=False)
@@ -93,6 +95,8 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
             out.update({k: v * 1e3 for k, v in cuda_compare(fns, repeat=repeat).items()})
             err = check_output(gg, x, op, cupy.asnumpy(designs[CONFIGS[0]](op)), label=op)
             out[f"{dim} {op} max_rel_error"] = err
+            mod = kc.load_module(cupy.cuda.Device().id, op == "gcn", "p2p", kc.width_class(dim))
+            out[f"{dim} {op} regs"] = mod.get_function("mgg_aggregate").num_regs
         del designs, fns, a_t, xt
         cupy.get_default_memory_pool().free_all_blocks()
         torch.cuda.empty_cache()
@@ -141,7 +145,8 @@ def main():
     res = Results(
         "kernel_ab",
         {"nodes": args.nodes, "edges": args.edges, "configs": CONFIGS, "against": args.against},
-        ["source", "op", "D", "ps", "mgg_ms", "cusparse_ms", "vs_cusparse", "max_rel_error"],
+        ["source", "op", "D", "ps", "regs", "mgg_ms", "cusparse_ms", "vs_cusparse"]
+        + ["max_rel_error"],
         notes="Each kernel source in its own process, round-robin with cuSPARSE there "
         "(CUDA events, medians); dist = 1, wpb = 4. 'this': the checkout's aggregate.cu.",
         plot=plot,
@@ -171,6 +176,7 @@ def main():
                         "op": op,
                         "D": dim,
                         "ps": ps,
+                        "regs": got[f"{dim} {op} regs"],
                         "mgg_ms": mgg,
                         "cusparse_ms": cus,
                         "vs_cusparse": cus / mgg,
@@ -184,8 +190,7 @@ def main():
         if ncu:
             sections = [a for s in NCU_SECTIONS for a in ("--section", s)]
             cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", *sections]
-            widest = ["--dims", str(max(dims))]
-            r = subprocess.run([*cmd, *me, *widest, "--profile"], capture_output=True, text=True)
+            r = subprocess.run([*cmd, *me, "--profile"], capture_output=True, text=True)
             (GPU_RESULTS / "kernel_ab_ncu.txt").write_text(r.stdout + r.stderr)
             print(f"ncu exit {r.returncode}: {GPU_RESULTS / 'kernel_ab_ncu.txt'}", flush=True)
         return code

@@ -106,7 +106,8 @@ def _check_json(np_: int, mode: str):
 def stages(quick: bool = False) -> dict[str, Stage]:
     py = sys.executable
     run = [py, str(ROOT / "launch" / "mggrun")]
-    test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_cuda.py"]
+    test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    test += ["tests/test_cuda.py", "tests/test_virtual_designs.py"]
     bench = [py, "-u"]
 
     def script(name, *args, timeout=420):

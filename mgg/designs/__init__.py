@@ -7,7 +7,7 @@ rank's rows into ``design.x``, call ``design(op)``. One registry, by backend:
            direct (per-edge gets)
   cuda     NVSHMEM, one PE per process: pipelined (MGG)
   virtual  P virtual PEs in one process on one GPU (x and the output are the whole
-           [N, D]): pipelined, direct, dgcl, uvm, no_interleave
+           [N, D]): pipelined, direct, dgcl, uvm, uvm_hbm, no_interleave
 
 A new design is one module with a Design subclass and one line in REGISTRY.
 """
@@ -25,6 +25,7 @@ from .virtual import (
     VirtualNoInterleave,
     VirtualPipelined,
     VirtualUVM,
+    VirtualUVMHBM,
 )
 
 # cupy is imported when a cuda or virtual design is built, not here
@@ -37,6 +38,7 @@ REGISTRY: dict[tuple[str, str], type[Design]] = {
     ("virtual", "direct"): VirtualDirect,
     ("virtual", "dgcl"): VirtualDGCL,
     ("virtual", "uvm"): VirtualUVM,
+    ("virtual", "uvm_hbm"): VirtualUVMHBM,
     ("virtual", "no_interleave"): VirtualNoInterleave,
 }
 

@@ -8,15 +8,20 @@ PE's aggregation, one after another, and returns the whole [N, D] output.
   pipelined      MGG: ps-sized partitions, dist interleaving, peers read by pointer (p2p)
   direct         MGG's "direct NVSHMEM": one partition per node, no interleaving, a
                  remote read per edge
-  uvm            rows in unified (managed) memory; each PE's own rows prefer the GPU, the
-                 rest prefer the host, so remote reads fault pages over the interconnect
-  dgcl           DGCL-style: a host-initiated bulk gather of the halo into a staging
-                 buffer, then a kernel over local memory only
+  uvm            MGG's kernel over managed memory whose remote rows sit in host memory:
+                 each PE's own rows prefer the GPU, the rest the host, so every remote
+                 read crosses the host interconnect (where rows live, not the kernel)
+  uvm_hbm        direct's per-edge reads over managed memory with every row resident in
+                 HBM (UVM with every page on the GPU): against pipelined, the pipelining
+  dgcl           DGCL-style: per PE, one gather kernel copies its whole halo (each needed
+                 remote row once, from every peer) into a staging buffer, then the kernel
+                 over local memory only
   no_interleave  the ablation of Fig. 9: LNPs and RNPs in two separate launches
 """
 
 from __future__ import annotations
 
+import functools
 import mmap
 import time
 
@@ -125,36 +130,83 @@ class VirtualDirect(VirtualPipelined):
         super().__init__(plans, comm, dim, dtype, ps=max(1, widest), dist=1, wpb=wpb)
 
 
+def halo_rows(plan: PartitionPlan) -> np.ndarray:
+    """int64 [H]: the global row (of the whole [N, D] x) of each halo slot of ``plan``."""
+    return plan.bounds[plan.halo_pe].astype(np.int64) + plan.halo_row
+
+
+GATHER_SOURCE = r"""
+template <typename T>
+__device__ __forceinline__ void gather(const T* __restrict__ x, const long long* __restrict__ src,
+                                       T* __restrict__ out, long long units, int q) {
+  const long long step = (long long)gridDim.x * blockDim.x;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += step) {
+    const long long i = t / q;
+    out[t] = x[src[i] * q + (t - i * q)];
+  }
+}
+
+// out[i, :] = x[src[i], :] for i < H; a row is q units (float4 or float), units = H * q
+extern "C" __global__ void mgg_gather_rows4(const float4* __restrict__ x,
+                                            const long long* __restrict__ src,
+                                            float4* __restrict__ out, long long units, int q) {
+  gather(x, src, out, units, q);
+}
+
+extern "C" __global__ void mgg_gather_rows1(const float* __restrict__ x,
+                                            const long long* __restrict__ src,
+                                            float* __restrict__ out, long long units, int q) {
+  gather(x, src, out, units, q);
+}
+"""
+
+
+@functools.cache
+def _gather_module(device_id: int):
+    import cupy
+
+    with cupy.cuda.Device(device_id):
+        return cupy.RawModule(code=GATHER_SOURCE, options=("-std=c++17",))
+
+
+def gather_rows(x, src, out, device_id: int) -> None:
+    """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous float32
+    cupy arrays, src int64 [H] (cupy); 16-byte loads where D and the pointers allow."""
+    h, d = int(src.size), int(x.shape[1])
+    if h == 0:
+        return
+    vec = 4 if d % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0 else 1
+    q = d // vec
+    units = h * q
+    threads = 256
+    blocks = min(-(-units // threads), 1 << 16)  # grid-stride beyond
+    fn = _gather_module(device_id).get_function(f"mgg_gather_rows{vec}")
+    fn((blocks,), (threads,), (x, src, out, np.int64(units), np.int32(q)))
+
+
 class VirtualDGCL(VirtualPipelined):
-    """Bulk gather of every needed remote row (each once) into a staging buffer by
-    host-initiated copies, then the kernel reads only local memory."""
+    """DGCL-style: a PE first receives its whole halo, then computes over local memory.
+    On one GPU the exchange is one gather kernel per PE (every peer's rows at once, each
+    needed row once, as DGCL batches each peer pair's rows into one transfer) into a
+    staging buffer, which the kernel reads as a pseudo-peer P; no host loop over peers."""
 
     name = "dgcl"
 
     def prepare(self) -> None:
         super().prepare()
         cp = self.cupy
-        self.halo = []  # per PE: ([(staging slots, rows of x)] per peer, staging, peer table)
+        self.halo = []  # per PE: (global rows of its halo [H], staging [H, D], peer table)
         for p, dp in zip(self.plans, self.dplans, strict=True):
-            pes = p.halo_pe
-            groups = [
-                (
-                    cp.asarray(np.flatnonzero(pes == pe)),
-                    cp.asarray(int(self.bounds[pe]) + p.halo_row[pes == pe].astype(np.int64)),
-                )
-                for pe in np.unique(pes)
-            ]
             staging = cp.zeros((max(1, p.num_halo), self.dim), cp.float32)
-            # remote edges read staging slots, through a pseudo-peer P
+            # remote edges read staging slots, through the pseudo-peer P
             dp.remote_pe = cp.full(p.num_remote_edges, len(self.plans), cp.int32)
             dp.remote_row = cp.asarray(p.remote_slot.astype(np.int32))
             peers = self.peer_table(self.x.data.ptr, [staging.data.ptr])
-            self.halo.append((groups, staging, peers))
+            self.halo.append((cp.asarray(halo_rows(p)), staging, peers))
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
-        groups, staging, peers = self.halo[r]
-        for slots, rows in groups:  # the bulk exchange: one gather per peer
-            staging[slots] = self.x[rows]
+        src, staging, peers = self.halo[r]
+        gather_rows(self.x, src, staging, self.dev_id)  # the bulk exchange
         run(dp, self.pe_rows(r), peers, out, op, eps, cfg, self.dev_id)
 
 
@@ -162,12 +214,12 @@ CPU_DEVICE_ID = -1  # cudaCpuDeviceId: what a range preferring the host reads ba
 PAGE = mmap.PAGESIZE
 
 
-def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) -> dict:
-    """Managed rows [lb, ub) of PE r preferred on (and prefetched to) the GPU, every other
-    row on the host, all accessed by the GPU; then the preferred location read back, so
-    that advice refused shows. rt: cuda.bindings.runtime (CUDA 13 takes a cudaMemLocation,
-    which CuPy's memAdvise cannot say 'host' with). Returns {"verified", "detail"}."""
-    lb, ub, n = int(bounds[r]), int(bounds[r + 1]), int(bounds[-1])
+def advise_rows(rt, base: int, row_bytes: int, ranges, device_id: int) -> dict:
+    """Managed rows [a, b) of each (a, b, where) in ``ranges`` preferred on (and prefetched
+    to) ``where`` ('host' or a device id), all accessed by GPU ``device_id``; then the
+    preferred location read back, so that advice refused shows. rt: cuda.bindings.runtime
+    (CUDA 13 takes a cudaMemLocation, which CuPy's memAdvise cannot say 'host' with).
+    Returns {"verified", "detail"}."""
     kind = rt.cudaMemLocationType
     advise = rt.cudaMemoryAdvise
     problems = []
@@ -189,11 +241,7 @@ def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) ->
             return None
         return out
 
-    ranges = [
-        (a, b, where)
-        for a, b, where in ((0, lb, "host"), (lb, ub, device_id), (ub, n, "host"))
-        if b > a
-    ]
+    ranges = [(int(a), int(b), where) for a, b, where in ranges if b > a]
     for a, b, where in ranges:
         ptr, nbytes = base + a * row_bytes, (b - a) * row_bytes
         call(
@@ -227,33 +275,54 @@ def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) ->
     return {"verified": not problems, "detail": "; ".join(problems) or "as advised"}
 
 
+def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) -> dict:
+    """UVM's placement while PE r runs (advise_rows): its rows [lb, ub) on the GPU, every
+    other row on the host."""
+    lb, ub, n = int(bounds[r]), int(bounds[r + 1]), int(bounds[-1])
+    ranges = ((0, lb, "host"), (lb, ub, device_id), (ub, n, "host"))
+    return advise_rows(rt, base, row_bytes, ranges, device_id)
+
+
+def managed_array(cp, rows: int, dim: int):
+    """A float32 [max(rows, 1), D] array in managed memory; MemoryError if the GPU could
+    not hold it."""
+    nbytes = max(rows * dim * 4, 4)
+    free, _ = cp.cuda.runtime.memGetInfo()
+    if nbytes > 0.9 * free:
+        raise MemoryError(
+            f"UVM needs {nbytes / 2**30:.1f} GiB of managed memory but "
+            f"the GPU has {free / 2**30:.1f} GiB free"
+        )
+    mem = cp.cuda.ManagedMemory(nbytes)
+    return cp.ndarray((max(rows, 1), dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+
+
+def runtime_bindings():
+    """(cuda.bindings.runtime, the advice so far): (None, not verified and why) where the
+    bindings do not import, so no placement can be made or checked."""
+    try:
+        from cuda.bindings import runtime as rt
+    except ImportError as e:
+        return None, {"verified": False, "detail": f"cuda.bindings unavailable: {e}"}
+    return rt, {"verified": True, "detail": "as advised"}
+
+
 class VirtualUVM(VirtualPipelined):
-    """x in one managed array; before PE r runs, its rows are advised to the GPU and
-    prefetched, every other row advised to the host: remote reads go to host memory.
-    ``advice`` records whether the placement was verified on every PE (when it is not,
-    every row may sit on the GPU and the design measures nothing of UVM)."""
+    """MGG's kernel (ps, dist, wpb as pipelined) over one managed array whose remote rows
+    live in host memory. Before PE r runs (inside the call, so timed), its rows are
+    advised to the GPU and prefetched there, every other row advised to the host and
+    prefetched back: each call moves every PE's rows to HBM and back, and every remote
+    read crosses the host interconnect (PCIe). Against pipelined it measures where the
+    remote rows live, not the kernel. ``advice`` records whether the placement was
+    verified on every PE (when it is not, every row may sit on the GPU and the design
+    measures nothing of UVM)."""
 
     name = "uvm"
 
     def allocate(self):
-        cp = self.cupy
-        nbytes = max(self.rows * self.dim * 4, 4)
-        free, _ = cp.cuda.runtime.memGetInfo()
-        if nbytes > 0.9 * free:
-            raise MemoryError(
-                f"UVM needs {nbytes / 2**30:.1f} GiB of managed memory but "
-                f"the GPU has {free / 2**30:.1f} GiB free"
-            )
-        mem = cp.cuda.ManagedMemory(nbytes)
-        whole = cp.ndarray((max(self.rows, 1), self.dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+        whole = managed_array(self.cupy, self.rows, self.dim)
         self._base = whole.data.ptr
-        self.advice = {"verified": True, "detail": "as advised"}  # until a PE's is not
-        try:
-            from cuda.bindings import runtime as rt
-        except ImportError as e:
-            rt = None
-            self.advice = {"verified": False, "detail": f"cuda.bindings unavailable: {e}"}
-        self._rt = rt
+        self._rt, self.advice = runtime_bindings()  # advice: until a PE's is not verified
         return whole
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
@@ -262,6 +331,25 @@ class VirtualUVM(VirtualPipelined):
             if self.advice["verified"] and not got["verified"]:
                 self.advice = {"verified": False, "detail": f"PE {r}: {got['detail']}"}
         super().run_pe(r, dp, cfg, out, op, eps)
+
+
+class VirtualUVMHBM(VirtualDirect):
+    """UVM with every page resident: one managed array, every row preferred on, accessed
+    by and prefetched to this GPU once at setup, so remote rows sit in the same HBM as
+    MGG's; read per edge as a UVM kernel reads them (direct's pattern: a partition is a
+    node's neighbor list, no interleaving). Against pipelined it measures MGG's
+    pipelining alone; against direct, what managed memory itself costs. ``advice`` as
+    uvm's (the placement read back)."""
+
+    name = "uvm_hbm"
+
+    def allocate(self):
+        whole = managed_array(self.cupy, self.rows, self.dim)
+        rt, self.advice = runtime_bindings()
+        if rt is not None:
+            everything = ((0, self.rows, self.dev_id),)
+            self.advice = advise_rows(rt, whole.data.ptr, self.dim * 4, everything, self.dev_id)
+        return whole
 
 
 class VirtualNoInterleave(VirtualPipelined):

@@ -1,6 +1,7 @@
 """numba training kernels: dropout keyed by a hash of (key, global row, column), the
-same for edges (attention dropout), and SDDMM (per-edge, per-head dot products: the
-gradient of per-edge weights). Their CUDA twins are in
+same for edges (attention dropout), SDDMM (per-edge, per-head dot products: the
+gradient of per-edge weights), GAT's attention softmax over each destination's in-edges
+(forward and backward) and a segment sum by source. Their CUDA twins are in
 mgg/kernels/cuda/nn.cu (the same hash, so a GPU run draws the CPU run's masks)."""
 
 from __future__ import annotations
@@ -45,6 +46,111 @@ def sddmm(indptr, indices, a, b, heads: int):
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
     _sddmm(indptr, indices, np.ascontiguousarray(a), np.ascontiguousarray(b), heads, out)
     return out
+
+
+def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
+    """[E, H]: α[e, h] = softmax over the in-edges of v of LeakyReLU(a_all[src[e], h] +
+    a_dst[v, h]). The edges of row v are lp[v]..lp[v+1] (local) and El + rp[v]..El +
+    rp[v+1] (remote), El = lp[n]; lp, rp int64 [n+1], src int64 [E] (rows of a_all);
+    a_all [S, H], a_dst [n, H] of one float dtype, which α takes."""
+    alpha = np.empty((src.size, a_dst.shape[1]), a_dst.dtype)
+    _gat_softmax(
+        lp, rp, src, np.ascontiguousarray(a_all), np.ascontiguousarray(a_dst), slope, alpha
+    )
+    return alpha
+
+
+def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float):
+    """(dscore [E, H], da_dst [n, H]): the gradient of gat_softmax's scores (through the
+    softmax and the LeakyReLU) given dα [E, H], and its sum over each destination's
+    edges."""
+    dscore = np.empty_like(alpha)
+    da_dst = np.empty_like(a_dst)
+    _gat_softmax_backward(
+        lp,
+        rp,
+        src,
+        np.ascontiguousarray(a_all),
+        np.ascontiguousarray(a_dst),
+        alpha,
+        np.ascontiguousarray(dalpha),
+        slope,
+        dscore,
+        da_dst,
+    )
+    return dscore, da_dst
+
+
+def segment_sum(ptr, perm, values, segments: int):
+    """[segments, H]: out[s] = sum of values[perm[k]] over k in ptr[s]..ptr[s+1], in k's
+    order (deterministic); ptr int64 [segments+1], perm int64 [K], values [E, H]."""
+    out = np.empty((segments, values.shape[1]), values.dtype)
+    _segment_sum(ptr, perm, np.ascontiguousarray(values), out)
+    return out
+
+
+@numba.njit(cache=True, inline="always")
+def _edge(lp, rp, el, v, t):
+    """The t-th in-edge of row v: its local edges, then its remote ones."""
+    nl = lp[v + 1] - lp[v]
+    return lp[v] + t if t < nl else el + rp[v] + t - nl
+
+
+@numba.njit(cache=True, inline="always")
+def _leaky(x, slope):
+    return x if x > 0 else x * slope
+
+
+@numba.njit(cache=True, parallel=True)
+def _gat_softmax(lp, rp, src, a_all, a_dst, slope, alpha):
+    n, heads = a_dst.shape
+    el = lp[n]
+    for v in numba.prange(n):
+        deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
+        for h in range(heads):
+            top = -np.inf
+            for t in range(deg):
+                top = max(top, _leaky(a_all[src[_edge(lp, rp, el, v, t)], h] + a_dst[v, h], slope))
+            total = 0.0
+            for t in range(deg):
+                e = _edge(lp, rp, el, v, t)
+                x = np.exp(_leaky(a_all[src[e], h] + a_dst[v, h], slope) - top)
+                alpha[e, h] = x
+                total += x
+            for t in range(deg):
+                e = _edge(lp, rp, el, v, t)
+                alpha[e, h] = alpha[e, h] / total
+
+
+@numba.njit(cache=True, parallel=True)
+def _gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope, dscore, da_dst):
+    n, heads = a_dst.shape
+    el = lp[n]
+    for v in numba.prange(n):
+        deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
+        for h in range(heads):
+            dot = 0.0  # sum_e α_e dα_e: d(softmax) = α (dα - dot)
+            for t in range(deg):
+                e = _edge(lp, rp, el, v, t)
+                dot += alpha[e, h] * dalpha[e, h]
+            acc = 0.0
+            for t in range(deg):
+                e = _edge(lp, rp, el, v, t)
+                x = a_all[src[e], h] + a_dst[v, h]
+                d = alpha[e, h] * (dalpha[e, h] - dot) * (1.0 if x > 0 else slope)
+                dscore[e, h] = d
+                acc += d
+            da_dst[v, h] = acc
+
+
+@numba.njit(cache=True, parallel=True)
+def _segment_sum(ptr, perm, values, out):
+    for s in numba.prange(out.shape[0]):
+        for h in range(out.shape[1]):
+            acc = 0.0
+            for k in range(ptr[s], ptr[s + 1]):
+                acc += values[perm[k], h]
+            out[s, h] = acc
 
 
 @numba.njit(cache=True, inline="always")

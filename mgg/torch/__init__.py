@@ -1,7 +1,7 @@
 """mgg's PyTorch front-end: bring your model.
 
 Differentiable ops over the distributed graph (``aggregate``, ``halo``, ``all_reduce``,
-rank-invariant ``dropout`` and ``edge_dropout``), layers with PyG's signatures
+GAT's ``attention``, rank-invariant ``dropout`` and ``edge_dropout``), layers with PyG's signatures
 (GCNConv, SAGEConv, GINConv, GATConv, and BatchNorm/MLP whose statistics span every
 rank), ``sync_gradients`` for any torch.optim optimizer, and the registered models.
 """
@@ -22,6 +22,7 @@ from .ops import (
     aggregate,
     all_reduce,
     as_array,
+    attention,
     as_features,
     as_tensor,
     check_rows,
@@ -37,6 +38,7 @@ __all__ = [
     "aggregate",
     "halo",
     "all_reduce",
+    "attention",
     "dropout",
     "edge_dropout",
     "edge_index",

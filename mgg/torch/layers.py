@@ -25,7 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .ops import SparseRows, aggregate, all_reduce, check_graph, edge_dropout, edge_index, halo
+from .ops import (
+    SparseRows,
+    aggregate,
+    all_reduce,
+    attention,
+    check_graph,
+    check_rows,
+    edge_dropout,
+)
 from .ops import linear as _linear
 
 
@@ -150,9 +158,10 @@ class BatchNorm(nn.Module):
         if not self.training:
             mean, var = self.running_mean, self.running_var
         else:
-            count = float(all_reduce(x.new_tensor([x.shape[0]], dtype=torch.float64), g)[0])
+            check_rows(x, g, "BatchNorm")  # this rank's rows: the plan counts all ranks'
+            count = g.plan.num_nodes
             if count < 2:
-                raise ValueError(f"batch normalization needs at least 2 rows, got {count:.0f}")
+                raise ValueError(f"batch normalization needs at least 2 rows, got {count}")
             mean = all_reduce(x.sum(0), g) / count
             var = all_reduce(((x - mean) ** 2).sum(0), g) / count
             with torch.no_grad():
@@ -300,11 +309,7 @@ class GATConv(nn.Module):
         h = _linear(x, self.lin.weight)  # [n, H·C]
         hv = h.view(n, nh, c)
         a_src, a_dst = (hv * self.att_src).sum(-1), (hv * self.att_dst).sum(-1)  # [n, H]
-        src, dst = edge_index(g, h.device)
-        # index_select, not [src]: its backward (index_add_) is deterministic on the CPU
-        a_all = torch.cat([a_src, halo(a_src, g)])
-        score = a_all.index_select(0, src) + a_dst.index_select(0, dst)
-        alpha = edge_softmax(F.leaky_relu(score, self.negative_slope), dst, n)
+        alpha = attention(a_src, a_dst, g, self.negative_slope)  # [E, H], one kernel
         alpha = edge_dropout(alpha, g, self.dropout, self.training)
         y = aggregate(h, g, weights=alpha)
         if not self.concat:

@@ -24,9 +24,7 @@ def as_array(t: torch.Tensor):
     """A numpy (CPU) or cupy (GPU) view of a tensor's data (made contiguous first)."""
     t = t.detach().contiguous()
     if t.is_cuda:
-        import cupy
-
-        return cupy.from_dlpack(t)
+        return _cupy_view(t)
     return t.numpy()
 
 
@@ -35,6 +33,26 @@ def as_tensor(a) -> torch.Tensor:
     if on_gpu(a):
         return torch.from_dlpack(a)
     return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _cupy_view(t: torch.Tensor):
+    """A cupy array over a contiguous CUDA tensor's memory, made from its pointer: a few
+    microseconds, where DLPack's exchange costs about a tenth of a millisecond a call.
+    Both libraries then work on the legacy default stream, so no ordering is needed; on
+    any other torch stream the exchange goes through DLPack, which orders the streams."""
+    import cupy
+
+    if t.numel() == 0 or torch.cuda.current_stream(t.device).cuda_stream != 0:
+        return cupy.from_dlpack(t)
+    dtype = _numpy_dtype(t.dtype)
+    nbytes = t.numel() * dtype.itemsize
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), nbytes, t, t.device.index)
+    return cupy.ndarray(tuple(t.shape), dtype, cupy.cuda.MemoryPointer(mem, 0))
+
+
+@functools.cache
+def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
 
 
 class SparseRows:
@@ -83,18 +101,27 @@ OPS = ("sum", "mean", "gcn", "gin")
 
 class _Aggregate(torch.autograd.Function):
     @staticmethod
+    def eps_stays(eps, x) -> bool:
+        """Whether gin's eps stays where it is, on the GPU beside x (reading it would wait
+        for the device): the kernel then computes x + sum, and eps x is added after it,
+        forward and backward."""
+        return eps is not None and eps.is_cuda and eps.device == x.device
+
+    @staticmethod
     def forward(ctx, x, wl, wr, eps, g, op):
         weights = None if wl is None else (as_array(wl), as_array(wr))
         ctx.g, ctx.op, ctx.weighted = g, op, weights is not None
-        ctx.eps = float(eps) if eps is not None else 0.0
+        on_device = _Aggregate.eps_stays(eps, x)
+        ctx.eps = float(eps) if eps is not None and not on_device else 0.0
         keep = ctx.weighted or (eps is not None and eps.requires_grad)
-        ctx.save_for_backward(x if keep else None, wl, wr)
-        return as_tensor(g.aggregate(as_array(x), op, weights=weights, eps=ctx.eps))
+        ctx.save_for_backward(x if keep else None, wl, wr, eps if on_device else None)
+        out = as_tensor(g.aggregate(as_array(x), op, weights=weights, eps=ctx.eps))
+        return out.addcmul_(x, eps) if on_device else out
 
     @staticmethod
     def backward(ctx, dout):
         g, op = ctx.g, ctx.op
-        x, wl, wr = ctx.saved_tensors
+        x, wl, wr, eps = ctx.saved_tensors
         dy = as_array(dout)
         dx = dwl = dwr = deps = None
         if ctx.needs_input_grad[3]:  # gin: out = (1 + eps) x + sum_u x_u
@@ -109,6 +136,8 @@ class _Aggregate(torch.autograd.Function):
             else:  # sum, gcn, gin: the same op over the transposed plan
                 dx = g.aggregate(dy, op, transpose=True, eps=ctx.eps)
             dx = as_tensor(dx)
+            if eps is not None:  # eps_stays: + eps dout
+                dx = dx.addcmul_(dout, eps)
         if ctx.weighted and (ctx.needs_input_grad[1] or ctx.needs_input_grad[2]):
             dwl, dwr = edge_weight_grads(g, as_array(x), dy, 1 if wl.ndim == 1 else wl.shape[1])
             dwl, dwr = as_tensor(dwl), as_tensor(dwr)
@@ -388,3 +417,74 @@ def as_features(x, device: str = "cpu"):
     if isinstance(x, torch.Tensor):
         return x
     return as_tensor(x).to(device)
+
+
+# ---- attention ------------------------------------------------------------------------------
+
+
+def _attention_csr(g):
+    """(lp, rp, src, by_src_ptr, by_src_perm): the destinations' CSRs (local, remote) and
+    sources of ``edge_index(g)``'s edges, and those edges grouped by source slot (a CSR
+    over the n + H rows of cat([x, halo(x, g)]), edges in order within a slot)."""
+
+    def build():
+        p = g.plan
+        src = np.concatenate(
+            [p.local_indices.astype(np.int64), p.num_local_nodes + p.remote_slot.astype(np.int64)]
+        )
+        slots = p.num_local_nodes + p.num_halo
+        ptr = np.zeros(slots + 1, np.int64)
+        np.cumsum(np.bincount(src, minlength=slots), out=ptr[1:])
+        perm = np.argsort(src, kind="stable").astype(np.int64)
+        lp, rp = (a.astype(np.int64) for a in (p.local_indptr, p.remote_indptr))
+        return lp, rp, src, ptr, perm
+
+    return _held(g, "attention_csr", build)
+
+
+class _Attention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a_all, a_dst, g, slope):
+        lp, rp, src, _, _ = _attention_csr(g)
+        nn = g.backend.nn
+        alpha = nn.gat_softmax(lp, rp, src, as_array(a_all), as_array(a_dst), slope)
+        ctx.g, ctx.slope = g, slope
+        alpha = as_tensor(alpha)
+        ctx.save_for_backward(a_all, a_dst, alpha)
+        return alpha
+
+    @staticmethod
+    def backward(ctx, dalpha):
+        g = ctx.g
+        a_all, a_dst, alpha = ctx.saved_tensors
+        lp, rp, src, ptr, perm = _attention_csr(g)
+        nn = g.backend.nn
+        dscore, da_dst = nn.gat_softmax_backward(
+            lp,
+            rp,
+            src,
+            as_array(a_all),
+            as_array(a_dst),
+            as_array(alpha),
+            as_array(dalpha),
+            ctx.slope,
+        )
+        da_all = nn.segment_sum(ptr, perm, dscore, a_all.shape[0])
+        return as_tensor(da_all), as_tensor(da_dst), None, None
+
+
+def attention(a_src: torch.Tensor, a_dst: torch.Tensor, g, negative_slope: float = 0.2):
+    """GAT's attention α [E, H] over ``edge_index(g)``'s edges (local then remote): the
+    softmax over each destination v's in-edges u -> v of LeakyReLU(a_src[u] + a_dst[v]),
+    per head. a_src, a_dst [n, H] (per-node scores of this rank's rows; a_src of remote
+    sources comes through ``halo``). One kernel per direction: no per-edge tensor is built
+    by gathering. Differentiable in a_src and a_dst."""
+    check_rows(a_src, g, "attention")
+    check_rows(a_dst, g, "attention")
+    if a_src.ndim != 2 or a_src.shape != a_dst.shape or a_src.dtype != a_dst.dtype:
+        raise ValueError(
+            f"attention: a_src and a_dst must be two [n, heads] tensors of one dtype, got "
+            f"{tuple(a_src.shape)} {a_src.dtype} and {tuple(a_dst.shape)} {a_dst.dtype}"
+        )
+    a_all = torch.cat([a_src, halo(a_src, g)])
+    return _Attention.apply(a_all, a_dst, g, float(negative_slope))

@@ -2,7 +2,8 @@
 model it launches by (occupancy.py).
 
 cupy is imported lazily: this module imports (and its host-side logic runs) without a
-GPU. Compiled modules are cached per (device, weighted, remote mode).
+GPU. Compiled modules are cached per (device, weighted, remote mode, width class): a
+model's few widths (input, hidden, classes) make a few compiles.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
 from ..reference import check_edge_weights
-from .occupancy import WARP, Device, Workload, estimate, live_gpu
+from .occupancy import WARP, Device, Workload, estimate, live_gpu, width_class
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
 
@@ -34,14 +35,19 @@ def nvshmem_home() -> str | None:
         return None
 
 
-def compile_options(weighted: bool, mode: str) -> tuple[str, ...]:
-    """nvcc/NVRTC options for one kernel variant."""
+GENERIC = (1, 0)  # the width class of the kernel that takes any D: scalar lanes, slabs
+
+
+def compile_options(weighted: bool, mode: str, cls: tuple[int, int] = GENERIC) -> tuple[str, ...]:
+    """nvcc/NVRTC options for one kernel variant; cls: its (vec, W) as width_class gives."""
     if mode not in REMOTES:
         raise ValueError(f"remote mode must be one of {', '.join(REMOTES)}, got {mode!r}")
     opts = (
         "-std=c++17",
         f"-DMGG_WEIGHTED={int(weighted)}",
         f"-DMGG_REMOTE_GET={int(mode == 'get')}",
+        f"-DMGG_VEC={cls[0]}",
+        f"-DMGG_WIDTH={cls[1]}",
     )
     if mode == "get":
         home = nvshmem_home()
@@ -54,10 +60,10 @@ def compile_options(weighted: bool, mode: str) -> tuple[str, ...]:
     return opts
 
 
-def load_module(device_id: int, weighted: bool, mode: str):
+def load_module(device_id: int, weighted: bool, mode: str, cls: tuple[int, int] = GENERIC):
     """The compiled RawModule for this device and variant (compiled once per process); a
     get-mode module is registered with NVSHMEM, which must be initialized by then."""
-    mod = _compiled(device_id, weighted, mode)
+    mod = _compiled(device_id, weighted, mode, cls)
     if mode == "get":
         from ...comm.nvshmem import register_module
 
@@ -66,13 +72,15 @@ def load_module(device_id: int, weighted: bool, mode: str):
 
 
 @functools.cache
-def _compiled(device_id: int, weighted: bool, mode: str):
+def _compiled(device_id: int, weighted: bool, mode: str, cls: tuple[int, int]):
     import cupy
 
     backend = "nvcc" if mode == "get" else "nvrtc"  # the get mode links libnvshmem_device
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(
-            code=SOURCE.read_text(), options=compile_options(weighted, mode), backend=backend
+            code=SOURCE.read_text(),
+            options=compile_options(weighted, mode, cls),
+            backend=backend,
         )
         mod.get_function("mgg_aggregate")  # compile now
         return mod
@@ -183,8 +191,6 @@ def run(
     mgg.kernels.reference.check_edge_weights returns them; op must be 'sum' (a weighted
     sum: column j of the output takes w[e, j // (D / H)]).
     """
-    import cupy
-
     if parts not in ("both", "local", "remote"):
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     p = dplan.plan
@@ -202,7 +208,7 @@ def run(
         local_w = remote_w = None
         heads = 1
     weighted = local_w is not None
-    mod = load_module(device_id, weighted, cfg.mode)
+    mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads))
     i64, i32, f32 = np.int64, np.int32, np.float32
     threads = 256
     blocks = max(1, min(65535, -(-n * d // threads)))
@@ -214,7 +220,7 @@ def run(
     n_lnp = p.lnp_node.size if parts in ("both", "local") else 0
     n_rnp = p.rnp_node.size if parts in ("both", "remote") else 0
     if n_lnp or n_rnp:
-        null = cupy.zeros(1, cupy.float32)
+        null = np.uint64(0)  # no weights: a null pointer, nothing allocated per launch
         args = [
             x,
             dplan.lnp_ptr,

@@ -8,12 +8,22 @@
 //   0  p2p: loads through a table of peer base pointers (nvshmem_ptr), no shared memory;
 //   1  get: nvshmemx_float_get_nbi_warp into shared memory, double-buffered: the rows of
 //      RNP k+1 are in flight while the warp aggregates LNP k+1 and RNP k (Listing 2's
-//      layout: ps ids + 2 * ps * D staging floats per warp).
+//      layout: ps ids per warp, all warps' rounded up to 4, then 2 * ps * D staging
+//      floats per warp).
 //
-// Lanes: for D < 32 a warp splits into 32/L groups of L = next_pow2(D) lanes, each group
-// summing a different edge, combined by shuffles at the end; for D >= 32 the warp walks
-// 128-column chunks with 16-byte loads (D a multiple of 4, as each head's width), else
-// 32-column chunks. Reads of a row are coalesced either way.
+// Lanes, by width class (compile-time MGG_VEC and MGG_WIDTH, which the launcher picks
+// from D: width_class in occupancy.py). A lane loads VEC floats at once: 4 (16-byte
+// loads; D and each head's width multiples of 4) or 1. A class of width W lays a row out
+// as SLOTS = W / VEC vectors, a power of two up to 64:
+//   SLOTS <= 32: a warp splits into 32 / SLOTS groups of SLOTS lanes, each group summing
+//     a different edge, combined by shuffles at the end (D = 16: 4 lanes, 8 edges at once);
+//   SLOTS = 32 or 64: the warp sums one edge at a time, each lane CHUNKS = SLOTS / 32
+//     vectors of its row, 32 * VEC columns apart (D = 256: two float4 a lane).
+// W = 0 is the generic kernel for any D: slabs of 64 vectors, one pass over the edges each.
+// D may be less than W (the lanes past D idle); the launcher never passes more. A lane
+// keeps its accumulators, its columns and their heads in registers, and has INFLIGHT
+// rows in flight, their ids loaded first (whole steps unpredicated, then the last,
+// partial one). Reads of a row are coalesced either way.
 //
 // The output is initialized (zeros, or (1+eps)*x for GIN) by mgg_init before, and
 // divided by the in-degree by mgg_finalize_mean after, for mean. A partition whose node
@@ -26,13 +36,21 @@
 // edge (the plan's normalization); more heads are GAT's per-head attention coefficients.
 // Both variants take `heads` as the last argument; the unweighted one ignores it.
 //
-// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above).
+// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above), MGG_VEC
+// and MGG_WIDTH (the width class; by default 1 and 0: the generic scalar kernel), and
+// MGG_EVERY_CLASS (the compile tests: X(vec, W) ... instantiates each class's kernel).
 
 #ifndef MGG_WEIGHTED
 #define MGG_WEIGHTED 0
 #endif
 #ifndef MGG_REMOTE_GET
 #define MGG_REMOTE_GET 0
+#endif
+#ifndef MGG_VEC
+#define MGG_VEC 1
+#endif
+#ifndef MGG_WIDTH
+#define MGG_WIDTH 0
 #endif
 
 #if MGG_REMOTE_GET
@@ -65,11 +83,66 @@ extern "C" __global__ void mgg_finalize_mean(float* __restrict__ out,
     }
 }
 
-// lanes per edge group: the next power of two >= dim, at most 32
-__device__ __forceinline__ int group_width(int dim) {
-    int l = 1;
-    while (l < dim && l < 32) l <<= 1;
-    return l;
+// ---- one lane's VEC floats: float or float4 ----------------------------------------------
+template <int V>
+struct VecOf {
+    typedef float4 T;
+};
+template <>
+struct VecOf<1> {
+    typedef float T;
+};
+
+__device__ __forceinline__ void zero(float& a) { a = 0.0f; }
+__device__ __forceinline__ void zero(float4& a) { a = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
+__device__ __forceinline__ void fma_to(float& acc, float s, float v) { acc += s * v; }
+__device__ __forceinline__ void fma_to(float4& acc, float s, float4 v) {
+    acc.x += s * v.x;
+    acc.y += s * v.y;
+    acc.z += s * v.z;
+    acc.w += s * v.w;
+}
+
+__device__ __forceinline__ void add_to(float& acc, float v) { acc += v; }
+__device__ __forceinline__ void add_to(float4& acc, float4 v) { fma_to(acc, 1.0f, v); }
+
+__device__ __forceinline__ void add_shfl_down(float& a, int off) {
+    a += __shfl_down_sync(FULL_MASK, a, off);
+}
+__device__ __forceinline__ void add_shfl_down(float4& a, int off) {
+    a.x += __shfl_down_sync(FULL_MASK, a.x, off);
+    a.y += __shfl_down_sync(FULL_MASK, a.y, off);
+    a.z += __shfl_down_sync(FULL_MASK, a.z, off);
+    a.w += __shfl_down_sync(FULL_MASK, a.w, off);
+}
+
+// GLOBAL: p is in global memory the kernel does not write (rows of x, of peers): the
+// read-only path; else anywhere (the get mode's staging in shared memory)
+template <bool GLOBAL>
+__device__ __forceinline__ float ld(const float* p) {
+    if constexpr (GLOBAL)
+        return __ldg(p);
+    else
+        return *p;
+}
+
+template <bool GLOBAL>
+__device__ __forceinline__ void load(float& v, const float* p, bool) {
+    v = ld<GLOBAL>(p);
+}
+// aligned: p is 16-byte aligned (each of a lane's columns is where its row's start is)
+template <bool GLOBAL>
+__device__ __forceinline__ void load(float4& v, const float* p, bool aligned) {
+    if (aligned) {
+        const float4* q = reinterpret_cast<const float4*>(p);
+        if constexpr (GLOBAL)
+            v = __ldg(q);
+        else
+            v = *q;
+    } else {
+        v = make_float4(ld<GLOBAL>(p), ld<GLOBAL>(p + 1), ld<GLOBAL>(p + 2), ld<GLOBAL>(p + 3));
+    }
 }
 
 __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float v, bool excl) {
@@ -79,24 +152,12 @@ __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float v, 
         atomicAdd(out + idx, v);
 }
 
-__device__ __forceinline__ float4 load4(const float* p) {
-    if (((unsigned long long)p & 15) == 0) return *reinterpret_cast<const float4*>(p);
-    return make_float4(p[0], p[1], p[2], p[3]);
-}
-
-__device__ __forceinline__ void fma4(float4& acc, float s, float4 v) {
-    acc.x += s * v.x;
-    acc.y += s * v.y;
-    acc.z += s * v.z;
-    acc.w += s * v.w;
-}
-
-__device__ __forceinline__ void emit4(float* __restrict__ out, i64 idx, float4 v, bool excl) {
+__device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float4 v, bool excl) {
     float* p = out + idx;
     const bool aligned = ((unsigned long long)p & 15) == 0;
     if (excl && aligned) {  // one 16-byte store, not four 4-byte ones a sector apart
         float4 o = *reinterpret_cast<float4*>(p);
-        fma4(o, 1.0f, v);
+        add_to(o, v);
         *reinterpret_cast<float4*>(p) = o;
         return;
     }
@@ -119,124 +180,197 @@ __device__ __forceinline__ void emit4(float* __restrict__ out, i64 idx, float4 v
     atomicAdd(p + 3, v.w);
 }
 
-// D (and each head's width) a multiple of 4: a lane sums 4 columns with 16-byte loads
-// (a warp covers 128 columns a pass), four edges' rows in flight at a time.
-template <typename RowFn>
-__device__ __forceinline__ void reduce_partition_vec(RowFn row, const float* __restrict__ w,
-                                                     i64 e0, i64 e1, float* __restrict__ out,
-                                                     i64 node, int dim, bool excl, int lane,
-                                                     int heads) {
-    for (int j0 = 0; j0 < dim; j0 += 128) {
-        const int j = j0 + 4 * lane;
-        if (j >= dim) return;
+// ---- a width class -------------------------------------------------------------------------
+template <int V, int W>
+struct Layout {
+    static constexpr int VEC = V;
+    static constexpr int WIDTH = W;
+    static constexpr int SLOTS = W ? W / V : 64;  // vectors of a row (W = 0: of a slab)
+    static constexpr int LANES = SLOTS < 32 ? SLOTS : 32;  // lanes on one edge's row
+    static constexpr int GROUPS = 32 / LANES;              // edges a warp sums at once
+    static constexpr int CHUNKS = SLOTS / LANES;           // vectors a lane sums of a row
+    static constexpr int CHUNK_COLS = 32 * V;              // columns between them
+    // rows a lane has in flight: 16 floats of them at most
+    static constexpr int INFLIGHT = V * CHUNKS <= 4 ? 4 : 16 / (V * CHUNKS);
+    typedef typename VecOf<V>::T vec;
+    static_assert(V == 1 || V == 4, "MGG_VEC must be 1 or 4");
+    static_assert(W >= 0 && W % V == 0 && SLOTS >= 1 && (SLOTS <= 32 ? 32 % SLOTS == 0
+                                                                     : SLOTS == 64),
+                  "MGG_WIDTH must be a width class: VEC times a power of two up to 64, or 0");
+};
+
+// A lane's columns in one slab (the whole row but for W = 0)
+template <class C>
+struct Cols {
+    int col;  // the first of the lane's VEC columns; chunk k's is col + k * CHUNK_COLS
+    int on;   // chunks k < on are within D
 #if MGG_WEIGHTED
-        const int h = j / (dim / heads);  // this lane's head (its 4 columns share it)
-        auto scale = [&](i64 e) { return w[e * heads + h]; };
-#else
-        auto scale = [](i64) { return 1.0f; };
+    int head[C::CHUNKS];  // the head of chunk k's columns (a head's width a multiple of VEC)
 #endif
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        i64 e = e0;
-        for (; e + 4 <= e1; e += 4) {
-            float4 v[4];
+};
+
+template <class C>
+__device__ __forceinline__ Cols<C> lane_cols(int lane, int j0, int dim, int heads) {
+    Cols<C> c;
+    c.col = j0 + lane % C::LANES * C::VEC;
+    c.on = 0;
 #pragma unroll
-            for (int u = 0; u < 4; ++u) v[u] = load4(row(e + u) + j);
+    for (int k = 0; k < C::CHUNKS; ++k) c.on += c.col + k * C::CHUNK_COLS < dim;
+#if MGG_WEIGHTED
+    const int width = dim / heads;
 #pragma unroll
-            for (int u = 0; u < 4; ++u) fma4(acc, scale(e + u), v[u]);
+    for (int k = 0; k < C::CHUNKS; ++k)
+        c.head[k] = k < c.on ? (c.col + k * C::CHUNK_COLS) / width : 0;
+#endif
+    return c;
+}
+
+// Add the rows of the INFLIGHT edges t, t + GROUPS, ... of a partition of n edges to acc
+// at the lane's columns c (FULL: all of them < n, else those that are), with
+// MGG_WEIGHTED scaled by w[t * heads + h], h the head of the column; every row's address
+// first, so that their ids load at once.
+template <class C, bool GLOBAL, bool FULL, typename RowFn>
+__device__ __forceinline__ void add_rows(typename C::vec (&acc)[C::CHUNKS], RowFn row,
+                                         const float* __restrict__ w, int t, int n,
+                                         const Cols<C>& c, int heads) {
+    typename C::vec v[C::INFLIGHT][C::CHUNKS];
+#if MGG_WEIGHTED
+    float s[C::INFLIGHT][C::CHUNKS];
+#endif
+    const float* r[C::INFLIGHT];
+#pragma unroll
+    for (int u = 0; u < C::INFLIGHT; ++u) {
+        const int tu = FULL ? t + u * C::GROUPS : min(t + u * C::GROUPS, n - 1);
+        r[u] = row(tu);  // clamped past n: a row not read
+#if MGG_WEIGHTED
+#pragma unroll
+        for (int k = 0; k < C::CHUNKS; ++k) s[u][k] = __ldg(w + tu * heads + c.head[k]);
+#endif
+    }
+#pragma unroll
+    for (int u = 0; u < C::INFLIGHT; ++u) {
+        const bool live = FULL || t + u * C::GROUPS < n;
+        const bool aligned = C::VEC == 1 || ((unsigned long long)r[u] & 15) == 0;
+#pragma unroll
+        for (int k = 0; k < C::CHUNKS; ++k) {
+            zero(v[u][k]);
+            if (live && k < c.on)
+                load<GLOBAL>(v[u][k], r[u] + c.col + k * C::CHUNK_COLS, aligned);
+#if MGG_WEIGHTED
+            if (!live) s[u][k] = 0.0f;
+#endif
         }
-        for (; e < e1; ++e) fma4(acc, scale(e), load4(row(e) + j));
-        emit4(out, node * dim + j, acc, excl);
+    }
+#pragma unroll
+    for (int u = 0; u < C::INFLIGHT; ++u)
+#pragma unroll
+        for (int k = 0; k < C::CHUNKS; ++k)
+#if MGG_WEIGHTED
+            fma_to(acc[k], s[u][k], v[u][k]);
+#else
+            add_to(acc[k], v[u][k]);
+#endif
+}
+
+// Sum the n edges' rows of one partition into out[node] at the lane's columns c; row(t)
+// gives the address of the source row of the partition's edge t, w its edges' weights.
+// The lane's group sums edges group, group + GROUPS, ...
+template <class C, bool GLOBAL, typename RowFn>
+__device__ __forceinline__ void reduce_cols(RowFn row, const float* __restrict__ w, int n,
+                                            float* __restrict__ out, i64 node, int dim,
+                                            bool excl, const Cols<C>& c, int group,
+                                            int heads) {
+    typename C::vec acc[C::CHUNKS];
+#pragma unroll
+    for (int k = 0; k < C::CHUNKS; ++k) zero(acc[k]);
+    if (c.on) {
+        constexpr int STEP = C::INFLIGHT * C::GROUPS;
+        int t = group;
+        for (; t + STEP - C::GROUPS < n; t += STEP)  // every edge of the step exists
+            add_rows<C, GLOBAL, true>(acc, row, w, t, n, c, heads);
+        if (t < n) add_rows<C, GLOBAL, false>(acc, row, w, t, n, c, heads);
+    }
+    // the groups' sums meet in group 0 (CHUNKS = 1 where GROUPS > 1)
+#pragma unroll
+    for (int off = C::LANES; off < 32; off <<= 1) add_shfl_down(acc[0], off);
+    if (group == 0) {
+        float* o = out + node * dim + c.col;
+#pragma unroll
+        for (int k = 0; k < C::CHUNKS; ++k)
+            if (k < c.on) emit(o, k * C::CHUNK_COLS, acc[k], excl);
     }
 }
 
-// Sum the rows of edges [e0, e1) into out[node]; row(e) gives the address of an edge's
-// source row. Used for local partitions, p2p remote partitions and staged rows. With
-// MGG_WEIGHTED, edge e's row is scaled by w[e * heads + h], h the head of the column.
-template <typename RowFn>
+// The partition of edges [e0, e1): at the lane's columns c, or (W = 0) at every slab's in
+// turn; row(t) as for reduce_cols, w the weights of every edge ([E, heads])
+template <class C, bool GLOBAL, typename RowFn>
 __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restrict__ w,
                                                  i64 e0, i64 e1, float* __restrict__ out,
-                                                 i64 node, int dim, bool excl, int lane,
-                                                 int heads) {
-    if (dim < 32) {
-        const int L = group_width(dim);
-        const int groups = 32 / L;
-        const int g = lane / L, c = lane % L;
-#if MGG_WEIGHTED
-        const int h = c < dim ? c / (dim / heads) : 0;  // this lane's head
-#endif
-        float acc = 0.0f;
-        for (i64 e = e0 + g; e < e1; e += groups) {
-            if (c < dim) {
-#if MGG_WEIGHTED
-                acc += w[e * heads + h] * row(e)[c];
-#else
-                acc += row(e)[c];
-#endif
-            }
-        }
-        for (int off = L; off < 32; off <<= 1) acc += __shfl_down_sync(FULL_MASK, acc, off);
-        if (g == 0 && c < dim) emit(out, node * dim + c, acc, excl);
-        return;
-    }
-#if MGG_WEIGHTED
-    const int width = dim / heads;  // each head's columns (a multiple of 4: so is dim)
-#else
-    const int width = dim;
-#endif
-    if ((width & 3) == 0) {
-        reduce_partition_vec(row, w, e0, e1, out, node, dim, excl, lane, heads);
-        return;
-    }
-    for (int j0 = 0; j0 < dim; j0 += 32) {
-        const int j = j0 + lane;
-        float acc = 0.0f;
-        if (j < dim) {
-#if MGG_WEIGHTED
-            const int h = j / (dim / heads);  // this lane's head
-#endif
-            for (i64 e = e0; e < e1; ++e) {
-#if MGG_WEIGHTED
-                acc += w[e * heads + h] * row(e)[j];
-#else
-                acc += row(e)[j];
-#endif
-            }
-            emit(out, node * dim + j, acc, excl);
-        }
+                                                 i64 node, int dim, bool excl,
+                                                 const Cols<C>& c, int lane, int heads) {
+    const float* wp = MGG_WEIGHTED ? w + e0 * heads : w;
+    const int n = (int)(e1 - e0);  // at most ps
+    if constexpr (C::WIDTH != 0) {
+        reduce_cols<C, GLOBAL>(row, wp, n, out, node, dim, excl, c, lane / C::LANES, heads);
+    } else {
+        for (int j0 = 0; j0 < dim; j0 += C::SLOTS * C::VEC)
+            reduce_cols<C, GLOBAL>(row, wp, n, out, node, dim, excl,
+                                   lane_cols<C>(lane, j0, dim, heads), 0, heads);
     }
 }
+
+// ---- the kernel ------------------------------------------------------------------------------
+#if MGG_REMOTE_GET
+#define MGG_PS_PARAM int ps,
+#define MGG_PS_ARG ps,
+#else
+#define MGG_PS_PARAM
+#define MGG_PS_ARG
+#endif
+
+// mgg_aggregate's parameters, the same in both modes but for ps (get: before heads).
+// x: this PE's rows [n, dim] (get: in the symmetric heap); peer_ptrs: the base address
+// of each PE's rows (p2p; unused by get, whose peers are reached by gets); heads: edge
+// weights per edge (MGG_WEIGHTED; ignored otherwise).
+#define MGG_AGGREGATE_PARAMS                                                                 \
+    const float *__restrict__ x, const i64 *__restrict__ lnp_ptr,                            \
+        const int *__restrict__ lnp_node, const unsigned char *__restrict__ lnp_excl,       \
+        i64 n_lnp, const int *__restrict__ local_idx, const float *__restrict__ local_w,    \
+        const i64 *__restrict__ rnp_ptr, const int *__restrict__ rnp_node,                 \
+        const unsigned char *__restrict__ rnp_excl, i64 n_rnp,                              \
+        const int *__restrict__ remote_pe, const int *__restrict__ remote_row,             \
+        const float *__restrict__ remote_w, const unsigned long long *__restrict__ peer_ptrs, \
+        float *__restrict__ out, int dim, int dist, MGG_PS_PARAM int heads
+#define MGG_AGGREGATE_ARGS                                                                    \
+    x, lnp_ptr, lnp_node, lnp_excl, n_lnp, local_idx, local_w, rnp_ptr, rnp_node, rnp_excl,   \
+        n_rnp, remote_pe, remote_row, remote_w, peer_ptrs, out, dim, dist, MGG_PS_ARG heads
 
 #if !MGG_REMOTE_GET
 
-extern "C" __global__ void mgg_aggregate(
-    const float* __restrict__ x,  // this PE's rows [n, dim]
-    const i64* __restrict__ lnp_ptr, const int* __restrict__ lnp_node,
-    const unsigned char* __restrict__ lnp_excl, i64 n_lnp,
-    const int* __restrict__ local_idx, const float* __restrict__ local_w,
-    const i64* __restrict__ rnp_ptr, const int* __restrict__ rnp_node,
-    const unsigned char* __restrict__ rnp_excl, i64 n_rnp,
-    const int* __restrict__ remote_pe, const int* __restrict__ remote_row,
-    const float* __restrict__ remote_w,
-    const unsigned long long* __restrict__ peer_ptrs,  // base address of each PE's rows
-    float* __restrict__ out, int dim, int dist,
-    int heads) {  // edge weights per edge (MGG_WEIGHTED; ignored otherwise)
+template <class C>
+__device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
     const int lane = threadIdx.x & 31;
+    const Cols<C> cols = lane_cols<C>(lane, 0, dim, heads);
     const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const i64 k0 = warp * dist;
     for (int i = 0; i < dist; ++i) {
         const i64 k = k0 + i;
         if (k < n_lnp) {
-            auto row = [&](i64 e) { return x + (i64)local_idx[e] * dim; };
-            reduce_partition(row, local_w, lnp_ptr[k], lnp_ptr[k + 1], out, lnp_node[k], dim,
-                             lnp_excl[k], lane, heads);
+            const i64 e0 = lnp_ptr[k];
+            const int* idx = local_idx + e0;
+            auto row = [&](int t) { return x + (i64)__ldg(idx + t) * dim; };
+            reduce_partition<C, true>(row, local_w, e0, lnp_ptr[k + 1], out, lnp_node[k], dim,
+                                      lnp_excl[k], cols, lane, heads);
         }
         if (k < n_rnp) {
-            auto row = [&](i64 e) {
-                const float* base = (const float*)peer_ptrs[remote_pe[e]];
-                return base + (i64)remote_row[e] * dim;
+            const i64 e0 = rnp_ptr[k];
+            const int *pe = remote_pe + e0, *rr = remote_row + e0;
+            auto row = [&](int t) {
+                const float* base = (const float*)__ldg(peer_ptrs + __ldg(pe + t));
+                return base + (i64)__ldg(rr + t) * dim;
             };
-            reduce_partition(row, remote_w, rnp_ptr[k], rnp_ptr[k + 1], out, rnp_node[k], dim,
-                             rnp_excl[k], lane, heads);
+            reduce_partition<C, true>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k], dim,
+                                      rnp_excl[k], cols, lane, heads);
         }
     }
 }
@@ -254,25 +388,18 @@ __device__ __forceinline__ void fetch_partition(const float* sym_x, const i64* r
                                     sym_x + (i64)remote_row[e] * dim, dim, remote_pe[e]);
 }
 
-extern "C" __global__ void mgg_aggregate(
-    const float* __restrict__ x,  // this PE's rows [n, dim], in the symmetric heap
-    const i64* __restrict__ lnp_ptr, const int* __restrict__ lnp_node,
-    const unsigned char* __restrict__ lnp_excl, i64 n_lnp,
-    const int* __restrict__ local_idx, const float* __restrict__ local_w,
-    const i64* __restrict__ rnp_ptr, const int* __restrict__ rnp_node,
-    const unsigned char* __restrict__ rnp_excl, i64 n_rnp,
-    const int* __restrict__ remote_pe, const int* __restrict__ remote_row,
-    const float* __restrict__ remote_w,
-    const unsigned long long* __restrict__ peer_ptrs,  // unused: peers are reached by gets
-    float* __restrict__ out, int dim, int dist, int ps,
-    int heads) {  // edge weights per edge (MGG_WEIGHTED; ignored otherwise)
-    // Listing 2: ps ids per warp, then 2 * ps * dim staging floats per warp
-    extern __shared__ int part_meta[];
+template <class C>
+__device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
+    // Listing 2: ps ids per warp (all warps' rounded up to 4, so that staged rows are
+    // 16-byte aligned where D is a multiple of 4), then 2 * ps * dim staging floats per warp
+    extern __shared__ __align__(16) int part_meta[];
     const int warps_per_block = blockDim.x >> 5;
     const int wib = threadIdx.x >> 5;
     int* ids = part_meta + wib * ps;  // the neighbor ids of the current LNP
-    float* staging = (float*)&part_meta[ps * warps_per_block] + (i64)wib * 2 * ps * dim;
+    float* staging =
+        (float*)&part_meta[(ps * warps_per_block + 3) & ~3] + (i64)wib * 2 * ps * dim;
     const int lane = threadIdx.x & 31;
+    const Cols<C> cols = lane_cols<C>(lane, 0, dim, heads);
     const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const i64 k0 = warp * dist;
     const i64 k_end = min(k0 + dist, n_rnp);
@@ -283,9 +410,9 @@ extern "C" __global__ void mgg_aggregate(
             const i64 e0 = lnp_ptr[k], e1 = lnp_ptr[k + 1];
             for (i64 t = lane; t < e1 - e0; t += 32) ids[t] = local_idx[e0 + t];
             __syncwarp();
-            auto row = [&](i64 e) { return x + (i64)ids[e - e0] * dim; };
-            reduce_partition(row, local_w, e0, e1, out, lnp_node[k], dim, lnp_excl[k], lane,
-                             heads);
+            auto row = [&](int t) { return x + (i64)ids[t] * dim; };
+            reduce_partition<C, true>(row, local_w, e0, e1, out, lnp_node[k], dim, lnp_excl[k],
+                                      cols, lane, heads);
             __syncwarp();
         }
         if (k < k_end) {
@@ -296,12 +423,27 @@ extern "C" __global__ void mgg_aggregate(
                 fetch_partition(x, rnp_ptr, remote_pe, remote_row, k + 1,
                                 staging + (i64)((i + 1) & 1) * ps * dim, dim);
             const i64 e0 = rnp_ptr[k];
-            auto row = [&](i64 e) { return cur + (e - e0) * dim; };
-            reduce_partition(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k], dim,
-                             rnp_excl[k], lane, heads);
+            auto row = [&](int t) { return (const float*)cur + (i64)t * dim; };
+            reduce_partition<C, false>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k],
+                                       dim, rnp_excl[k], cols, lane, heads);
             __syncwarp();
         }
     }
 }
 
+#endif
+
+// 1024 threads (wpb = 32) always launch: at most 64 registers
+extern "C" __global__ void __launch_bounds__(1024) mgg_aggregate(MGG_AGGREGATE_PARAMS) {
+    aggregate<Layout<MGG_VEC, MGG_WIDTH>>(MGG_AGGREGATE_ARGS);
+}
+
+#ifdef MGG_EVERY_CLASS  // X(vec, W) ...: each class's kernel, mgg_aggregate_class<vec, W>
+template <int V, int W>
+__global__ void __launch_bounds__(1024) mgg_aggregate_class(MGG_AGGREGATE_PARAMS) {
+    aggregate<Layout<V, W>>(MGG_AGGREGATE_ARGS);
+}
+#define X(v, w) template __global__ void mgg_aggregate_class<v, w>(MGG_AGGREGATE_PARAMS);
+MGG_EVERY_CLASS
+#undef X
 #endif

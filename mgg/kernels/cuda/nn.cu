@@ -1,7 +1,8 @@
 // Element-wise training kernels, the CUDA twins of mgg/kernels/cpu_nn.py:
 // dropout keyed by a hash of (key, global row, column) — the same hash, so a GPU run
-// draws the CPU run's masks — the same for edges (attention dropout), and SDDMM
-// (per-edge, per-head dot products).
+// draws the CPU run's masks — the same for edges (attention dropout), SDDMM
+// (per-edge, per-head dot products), GAT's attention softmax over each destination's
+// in-edges (forward, backward) and a segment sum by source.
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -58,28 +59,141 @@ extern "C" __global__ void mgg_edge_dropout(const i64* __restrict__ dst,
 
 // SDDMM over a CSR (indptr [n+1], indices [E]): out[e, h] = <a[v, hC:(h+1)C],
 // b[indices[e], hC:(h+1)C]> for the edges e of row v; a [n, heads*C], b [R, heads*C].
-// One thread per (edge, head); the row is found by binary search over indptr.
+// One warp per row; its lanes take the row's (edge, head) pairs in order, so the lanes
+// of one edge read its source row's heads side by side and the stores are contiguous.
 extern "C" __global__ void mgg_sddmm(const i64* __restrict__ indptr,
                                      const int* __restrict__ indices,
                                      const float* __restrict__ a, const float* __restrict__ b,
                                      float* __restrict__ out, i64 n, i64 n_edges, int heads,
                                      int c) {
-    const i64 total = n_edges * heads, width = (i64)heads * c;
-    i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
-        const i64 e = t / heads, h = t % heads;
-        i64 lo = 0, hi = n - 1;  // the last row v with indptr[v] <= e (its edges hold e)
-        while (lo < hi) {
-            const i64 mid = (lo + hi + 1) >> 1;
-            if (indptr[mid] <= e)
-                lo = mid;
-            else
-                hi = mid - 1;
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const i64 width = (i64)heads * c;
+    for (i64 v = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; v < n; v += warps) {
+        const i64 e0 = indptr[v], pairs = (indptr[v + 1] - e0) * heads;
+        for (i64 t = lane; t < pairs; t += 32) {
+            const i64 e = e0 + t / heads;
+            const int h = (int)(t % heads);
+            const float* x = a + v * width + h * c;
+            const float* y = b + (i64)indices[e] * width + h * c;
+            float acc = 0.0f;
+            for (int j = 0; j < c; ++j) acc += x[j] * y[j];
+            out[e * heads + h] = acc;
         }
-        const float* x = a + lo * width + h * c;
-        const float* y = b + (i64)indices[e] * width + h * c;
-        float acc = 0.0f;
-        for (int j = 0; j < c; ++j) acc += x[j] * y[j];
-        out[t] = acc;
+    }
+}
+
+#define FULL_MASK 0xffffffffu
+#define NEG_INF __int_as_float(0xff800000)  // NVRTC has no math.h: -inf by its bits
+
+__device__ __forceinline__ float leaky(float x, float slope) { return x > 0.0f ? x : x * slope; }
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int off = 16; off; off >>= 1) x += __shfl_xor_sync(FULL_MASK, x, off);
+    return x;
+}
+
+// The t-th in-edge of row v: its local edges lp[v]..lp[v+1], then its remote ones
+// el + rp[v]..el + rp[v+1].
+__device__ __forceinline__ i64 nth_edge(const i64* lp, const i64* rp, i64 el, i64 v, i64 t) {
+    const i64 nl = lp[v + 1] - lp[v];
+    return t < nl ? lp[v] + t : el + rp[v] + (t - nl);
+}
+
+// alpha[e, h] = softmax over the in-edges e of v of LeakyReLU(a_all[src[e], h] + a_dst[v, h]).
+// One warp per destination; each lane keeps an online (max, sum) over its edges
+// (rescaling the sum when the max grows), the warp merges them, then writes alpha.
+extern "C" __global__ void mgg_gat_softmax(const i64* __restrict__ lp, const i64* __restrict__ rp,
+                                           const i64* __restrict__ src,
+                                           const float* __restrict__ a_all,
+                                           const float* __restrict__ a_dst,
+                                           float* __restrict__ alpha, i64 n, int heads,
+                                           float slope) {
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const i64 el = lp[n];
+    for (i64 v = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; v < n; v += warps) {
+        const i64 deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v];
+        for (int h = 0; h < heads; ++h) {
+            const float ad = a_dst[v * heads + h];
+            float m = NEG_INF, s = 0.0f;
+            for (i64 t = lane; t < deg; t += 32) {
+                const float x = leaky(a_all[src[nth_edge(lp, rp, el, v, t)] * heads + h] + ad, slope);
+                if (x > m) {
+                    s = s * expf(m - x) + 1.0f;  // m = -inf: s is 0
+                    m = x;
+                } else {
+                    s += expf(x - m);
+                }
+            }
+            for (int off = 16; off; off >>= 1) {
+                const float m2 = __shfl_xor_sync(FULL_MASK, m, off);
+                const float s2 = __shfl_xor_sync(FULL_MASK, s, off);
+                const float mm = fmaxf(m, m2);
+                if (mm != NEG_INF)
+                    s = (m == NEG_INF ? 0.0f : s * expf(m - mm)) +
+                        (m2 == NEG_INF ? 0.0f : s2 * expf(m2 - mm));
+                m = mm;
+            }
+            const float inv = 1.0f / s;
+            for (i64 t = lane; t < deg; t += 32) {
+                const i64 e = nth_edge(lp, rp, el, v, t);
+                const float x = leaky(a_all[src[e] * heads + h] + ad, slope);
+                alpha[e * heads + h] = expf(x - m) * inv;
+            }
+        }
+    }
+}
+
+// The backward of mgg_gat_softmax: dscore[e, h] = alpha (dalpha - sum_e' alpha dalpha) *
+// LeakyReLU'(score), da_dst[v, h] = sum over v's edges of dscore. One warp per destination.
+extern "C" __global__ void mgg_gat_softmax_backward(
+    const i64* __restrict__ lp, const i64* __restrict__ rp, const i64* __restrict__ src,
+    const float* __restrict__ a_all, const float* __restrict__ a_dst,
+    const float* __restrict__ alpha, const float* __restrict__ dalpha,
+    float* __restrict__ dscore, float* __restrict__ da_dst, i64 n, int heads, float slope) {
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const i64 el = lp[n];
+    for (i64 v = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; v < n; v += warps) {
+        const i64 deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v];
+        for (int h = 0; h < heads; ++h) {
+            float dot = 0.0f;
+            for (i64 t = lane; t < deg; t += 32) {
+                const i64 e = nth_edge(lp, rp, el, v, t);
+                dot += alpha[e * heads + h] * dalpha[e * heads + h];
+            }
+            dot = warp_sum(dot);
+            const float ad = a_dst[v * heads + h];
+            float acc = 0.0f;
+            for (i64 t = lane; t < deg; t += 32) {
+                const i64 e = nth_edge(lp, rp, el, v, t);
+                const float x = a_all[src[e] * heads + h] + ad;
+                const float d = alpha[e * heads + h] * (dalpha[e * heads + h] - dot) *
+                                (x > 0.0f ? 1.0f : slope);
+                dscore[e * heads + h] = d;
+                acc += d;
+            }
+            acc = warp_sum(acc);
+            if (lane == 0) da_dst[v * heads + h] = acc;
+        }
+    }
+}
+
+// out[s, h] = sum of values[perm[k], h] over k in ptr[s]..ptr[s+1]: one warp per segment,
+// a fixed order of additions (no atomics).
+extern "C" __global__ void mgg_segment_sum(const i64* __restrict__ ptr,
+                                           const i64* __restrict__ perm,
+                                           const float* __restrict__ values,
+                                           float* __restrict__ out, i64 segments, int heads) {
+    const int lane = threadIdx.x & 31;
+    const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
+    for (i64 s = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; s < segments; s += warps) {
+        for (int h = 0; h < heads; ++h) {
+            float acc = 0.0f;
+            for (i64 k = ptr[s] + lane; k < ptr[s + 1]; k += 32) acc += values[perm[k] * heads + h];
+            acc = warp_sum(acc);
+            if (lane == 0) out[s * heads + h] = acc;
+        }
     }
 }

@@ -125,7 +125,7 @@ def sddmm(indptr, indices, a, b, heads: int):
     if b.shape[0] > np.iinfo(np.int32).max:
         raise ValueError(f"b has {b.shape[0]} rows, more than int32 indices address")
     _fn("mgg_sddmm")(
-        (_blocks(out.size),),
+        (_warp_blocks(indptr.size - 1),),
         (THREADS,),
         (
             cupy.ascontiguousarray(cupy.asarray(indptr, cupy.int64)),
@@ -139,4 +139,91 @@ def sddmm(indptr, indices, a, b, heads: int):
             np.int32(a.shape[1] // heads),
         ),
     )
+    return out
+
+
+def _warp_blocks(rows: int) -> int:
+    """Blocks of THREADS for one warp per row (a grid-stride loop covers the rest)."""
+    return max(1, min(1 << 20, -(-rows * 32 // THREADS)))
+
+
+def _dev(a, dtype):
+    import cupy
+
+    return cupy.ascontiguousarray(cupy.asarray(a, dtype))
+
+
+def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
+    """float32 [E, H] cupy: as cpu_nn.gat_softmax (one warp per destination)."""
+    import cupy
+
+    n, heads = a_dst.shape
+    alpha = cupy.empty((src.size, heads), cupy.float32)
+    if alpha.size and n:
+        _fn("mgg_gat_softmax")(
+            (_warp_blocks(n),),
+            (THREADS,),
+            (
+                _dev(lp, cupy.int64),
+                _dev(rp, cupy.int64),
+                _dev(src, cupy.int64),
+                _dev(a_all, cupy.float32),
+                _dev(a_dst, cupy.float32),
+                alpha,
+                np.int64(n),
+                np.int32(heads),
+                np.float32(slope),
+            ),
+        )
+    return alpha
+
+
+def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float):
+    """(dscore [E, H], da_dst [n, H]) float32 cupy: as cpu_nn.gat_softmax_backward."""
+    import cupy
+
+    n, heads = a_dst.shape
+    dscore = cupy.empty((src.size, heads), cupy.float32)
+    da_dst = cupy.zeros((n, heads), cupy.float32)
+    if dscore.size and n:
+        _fn("mgg_gat_softmax_backward")(
+            (_warp_blocks(n),),
+            (THREADS,),
+            (
+                _dev(lp, cupy.int64),
+                _dev(rp, cupy.int64),
+                _dev(src, cupy.int64),
+                _dev(a_all, cupy.float32),
+                _dev(a_dst, cupy.float32),
+                _dev(alpha, cupy.float32),
+                _dev(dalpha, cupy.float32),
+                dscore,
+                da_dst,
+                np.int64(n),
+                np.int32(heads),
+                np.float32(slope),
+            ),
+        )
+    return dscore, da_dst
+
+
+def segment_sum(ptr, perm, values, segments: int):
+    """float32 [segments, H] cupy: as cpu_nn.segment_sum (one warp per segment)."""
+    import cupy
+
+    heads = values.shape[1]
+    out = cupy.zeros((segments, heads), cupy.float32)
+    if segments and perm.size:
+        _fn("mgg_segment_sum")(
+            (_warp_blocks(segments),),
+            (THREADS,),
+            (
+                _dev(ptr, cupy.int64),
+                _dev(perm, cupy.int64),
+                _dev(values, cupy.float32),
+                out,
+                np.int64(segments),
+                np.int32(heads),
+            ),
+        )
     return out

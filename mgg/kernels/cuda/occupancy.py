@@ -87,12 +87,13 @@ def smem_bytes(ps: int, wpb: int, dim: int, mode: str = "get") -> int:
     """Dynamic shared memory one block of the CUDA kernel allocates.
 
     'get': per warp, ps neighbor ids and a double-buffered staging area of ps fetched rows
-    (Listing 2's host sizing: ps*wpb*4 + 2*ps*wpb*D*4). 'p2p': peers are read through
-    pointers; ids travel by warp shuffles and partial sums stay in registers: none.
+    (Listing 2's host sizing: ps*wpb*4 + 2*ps*wpb*D*4, the ids rounded up to 16 bytes so
+    that staged rows take 16-byte loads). 'p2p': peers are read through pointers; ids
+    travel by warp shuffles and partial sums stay in registers: none.
     """
     if mode == "p2p":
         return 0
-    return ps * wpb * INT_BYTES + 2 * ps * wpb * dim * FLOAT_BYTES
+    return -(-ps * wpb // 4) * 4 * INT_BYTES + 2 * ps * wpb * dim * FLOAT_BYTES
 
 
 @dataclass(frozen=True)
@@ -119,13 +120,37 @@ HIDE = 0.4  # share of the memory latency a full SM (max_warps_per_sm) leaves un
 TAIL = 0.5  # the last warps to start end on average half a warp's duration after the rest
 
 
-def lanes_per_edge(dim: int) -> tuple[int, int]:
-    """(edges a warp sums per step, passes over the row) as the kernel lays lanes out:
-    D < 32: 32/L groups of L = next_pow2(D) lanes, one edge each; else the whole warp on
-    one edge, 128 columns a pass (float4 lanes, D a multiple of 4) or 32."""
-    if dim < WARP:
-        return WARP // (1 << max(0, dim - 1).bit_length()), 1
-    return 1, math.ceil(dim / (128 if dim % 4 == 0 else WARP))
+MAX_CHUNKS = 2  # vectors a lane sums of one row; wider rows take the generic kernel
+
+
+def width_class(dim: int, heads: int = 1) -> tuple[int, int]:
+    """(vec, W): the kernel variant for rows of D floats (heads: edge weights per edge).
+
+    vec: floats a lane loads at once, 4 (16-byte loads) where D and each head's width
+    D/heads are multiples of 4, else 1. W: the class's width, D/vec vectors rounded up to
+    a power of two, at most 32 * MAX_CHUNKS (times vec), or 0 past that: the generic
+    kernel, for any D. E.g. D = 16 -> (4, 16), 100 -> (4, 128), 33 -> (1, 64), 600 -> (4, 0).
+    """
+    if dim < 1:
+        raise ValueError(f"the feature width D must be >= 1, got {dim}")
+    if heads < 1 or dim % heads:
+        raise ValueError(f"{heads} heads: heads must divide the feature width D = {dim}")
+    vec = 4 if dim % 4 == 0 and (dim // heads) % 4 == 0 else 1
+    slots = 1 << (-(-dim // vec) - 1).bit_length()
+    return vec, slots * vec if slots <= WARP * MAX_CHUNKS else 0
+
+
+def lanes_per_edge(dim: int, heads: int = 1) -> tuple[int, int, int]:
+    """(edges a warp sums per step, passes over the row, vectors a lane loads per edge
+    and pass) as the kernel lays lanes out (aggregate.cu): a class of S = W/vec <= 32
+    vectors splits a warp into 32/S groups, one edge each; else the warp takes one edge
+    and each lane S/32 vectors of it; the generic kernel makes passes of 32 * MAX_CHUNKS
+    vectors."""
+    vec, width = width_class(dim, heads)
+    slots = width // vec if width else WARP * MAX_CHUNKS
+    lanes = min(slots, WARP)
+    passes = 1 if width else math.ceil(dim / (slots * vec))
+    return WARP // lanes, passes, slots // lanes
 
 
 def estimate(
@@ -140,9 +165,10 @@ def estimate(
     Latency: the kernel is bound by its memory operations, shared by the warps resident on
     an SM. Work (in ops) = per warp WARP_OPS + per partition PART_OPS (its pointers, node,
     excl flag and the atomic flush, whatever ps) + per step of ceil(ps / edges per step)
-    LOCAL_OPS or REMOTE_OPS. Spread over the SMs and slowed by (1 + HIDE·max/active) /
-    (1 + HIDE), active = the warps an SM holds (fewer hide less latency: 1-warp blocks stop
-    at max_blocks_per_sm), plus TAIL of one warp's duration for the last wave.
+    LOCAL_OPS or REMOTE_OPS (and a row load per further vector a lane sums of each row).
+    Spread over the SMs and slowed by (1 + HIDE·max/active) / (1 + HIDE), active = the
+    warps an SM holds (fewer hide less latency: 1-warp blocks stop at max_blocks_per_sm),
+    plus TAIL of one warp's duration for the last wave.
     """
     if min(ps, dist, wpb) < 1:
         return Estimate(False, "ps, dist and wpb must be >= 1")
@@ -168,10 +194,11 @@ def estimate(
     resident_warps = resident * wpb
     # warps an SM actually holds: all it can, or its share of a small grid
     active = max(1.0, min(resident_warps, warps / dev.sms))
-    per_step, passes = lanes_per_edge(work.dim)
+    per_step, passes, chunks = lanes_per_edge(work.dim)
     steps = math.ceil(ps / per_step) * passes  # serial steps of one full partition
-    ops = warps * WARP_OPS + lnp * (PART_OPS + steps * LOCAL_OPS)
-    ops += rnp * (PART_OPS + steps * REMOTE_OPS)
+    rows = chunks - 1  # row loads per step beyond the one LOCAL_OPS / REMOTE_OPS count
+    ops = warps * WARP_OPS + lnp * (PART_OPS + steps * (LOCAL_OPS + rows))
+    ops += rnp * (PART_OPS + steps * (REMOTE_OPS + rows))
     slow = (1 + HIDE * dev.max_warps_per_sm / active) / (1 + HIDE)
     busy = ops * OP_NS * slow / dev.sms  # every SM busy
     warp_time = ops / warps * OP_NS * slow * active  # one warp, sharing its SM with active
