@@ -78,4 +78,4 @@ def aggregate(
 
 def gather_halo(plan: PartitionPlan, x_global: np.ndarray) -> np.ndarray:
     """The halo [H, D] of ``plan`` read from the full input x_global [N, D] (single process)."""
-    return x_global[plan.bounds[plan.halo_pe] + plan.halo_row]
+    return x_global[plan.halo_nodes]

@@ -100,6 +100,11 @@ class PartitionPlan:
         return self.halo_row[self.remote_slot]
 
     @property
+    def halo_nodes(self) -> np.ndarray:
+        """int64 [H] global id of each halo row (the node a halo slot holds)."""
+        return self.bounds[self.halo_pe].astype(np.int64) + self.halo_row
+
+    @property
     def widest_row(self) -> int:
         """Most local, or most remote, neighbors of one node: the ps that makes each
         node's neighbors one partition."""
@@ -131,7 +136,7 @@ class PartitionPlan:
         global node ids of each edge src -> dst, in the plan's edge order."""
         ld, rd = self.edge_dst()
         ls = self.local_indices.astype(np.int64) + self.lb
-        rs = self.bounds[self.halo_pe].astype(np.int64)[self.remote_slot] + self.remote_row
+        rs = self.halo_nodes[self.remote_slot]
         return ls, ld + self.lb, rs, rd + self.lb
 
     def edge_keys(self, transposed: bool = False) -> tuple[np.ndarray, np.ndarray]:
