@@ -418,14 +418,21 @@ def test_nn_launchers_match_the_compiled_kernel_signatures(rng, monkeypatch, tmp
     dscore, da_dst = nn_ops.gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, alpha, 0.2)
     assert dscore.shape == (5, 2) and da_dst.shape == (2, 2)
     assert nn_ops.segment_sum(np.arange(7), src, dscore, 6).shape == (6, 2)
+
+    class Rows(np.ndarray):  # numpy rows with cupy's .data.ptr (16-byte aligned)
+        data = type("Ptr", (), {"ptr": 0})()
+
+    fake = np.zeros((6, 8), np.float32).view(Rows)
+    nn_ops.gather_rows(fake, src, fake)
     launched = ["mgg_edge_dropout", "mgg_sddmm", "mgg_gat_softmax", "mgg_gat_softmax_backward"]
-    assert [name for name, _ in calls] == [*launched, "mgg_segment_sum"]
+    assert [name for name, _ in calls] == [*launched, "mgg_segment_sum", "mgg_gather_rows4"]
     for name, args in calls:
         assert [ptx_type(x) for x in args] == ptx_params(ptx, name), name
     with pytest.raises(ValueError, match="do not divide"):
         nn_ops.sddmm(indptr, np.array([1, 2, 3, 4, 8]), a, b, 3)
     assert nn_ops.sddmm(np.zeros(3, np.int64), np.zeros(0, np.int32), a, None, 2).shape == (0, 2)
-    assert len(calls) == 5  # nothing launched for no edges
+    nn_ops.gather_rows(fake, src[:0], fake)
+    assert len(calls) == 6  # nothing launched for no edges or rows
 
 
 # ---- host logic, no GPU needed -----------------------------------------------------------

@@ -21,13 +21,13 @@ PE's aggregation, one after another, and returns the whole [N, D] output.
 
 from __future__ import annotations
 
-import functools
 import mmap
 import time
 
 import numpy as np
 
 from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..kernels.cuda.nn_ops import gather_rows
 from ..knobs import DEFAULTS
 from ..partition.plan import PartitionPlan
 from .base import Design
@@ -130,60 +130,6 @@ class VirtualDirect(VirtualPipelined):
         super().__init__(plans, comm, dim, dtype, ps=max(1, widest), dist=1, wpb=wpb)
 
 
-def halo_rows(plan: PartitionPlan) -> np.ndarray:
-    """int64 [H]: the global row (of the whole [N, D] x) of each halo slot of ``plan``."""
-    return plan.bounds[plan.halo_pe].astype(np.int64) + plan.halo_row
-
-
-GATHER_SOURCE = r"""
-template <typename T>
-__device__ __forceinline__ void gather(const T* __restrict__ x, const long long* __restrict__ src,
-                                       T* __restrict__ out, long long units, int q) {
-  const long long step = (long long)gridDim.x * blockDim.x;
-  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += step) {
-    const long long i = t / q;
-    out[t] = x[src[i] * q + (t - i * q)];
-  }
-}
-
-// out[i, :] = x[src[i], :] for i < H; a row is q units (float4 or float), units = H * q
-extern "C" __global__ void mgg_gather_rows4(const float4* __restrict__ x,
-                                            const long long* __restrict__ src,
-                                            float4* __restrict__ out, long long units, int q) {
-  gather(x, src, out, units, q);
-}
-
-extern "C" __global__ void mgg_gather_rows1(const float* __restrict__ x,
-                                            const long long* __restrict__ src,
-                                            float* __restrict__ out, long long units, int q) {
-  gather(x, src, out, units, q);
-}
-"""
-
-
-@functools.cache
-def _gather_module(device_id: int):
-    import cupy
-
-    with cupy.cuda.Device(device_id):
-        return cupy.RawModule(code=GATHER_SOURCE, options=("-std=c++17",))
-
-
-def gather_rows(x, src, out, device_id: int) -> None:
-    """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous float32
-    cupy arrays, src int64 [H] (cupy); 16-byte loads where D and the pointers allow."""
-    h, d = int(src.size), int(x.shape[1])
-    if h == 0:
-        return
-    vec = 4 if d % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0 else 1
-    q = d // vec
-    units = h * q
-    threads = 256
-    blocks = min(-(-units // threads), 1 << 16)  # grid-stride beyond
-    fn = _gather_module(device_id).get_function(f"mgg_gather_rows{vec}")
-    fn((blocks,), (threads,), (x, src, out, np.int64(units), np.int32(q)))
-
-
 class VirtualDGCL(VirtualPipelined):
     """DGCL-style: a PE first receives its whole halo, then computes over local memory.
     On one GPU the exchange is one gather kernel per PE (every peer's rows at once, each
@@ -202,11 +148,11 @@ class VirtualDGCL(VirtualPipelined):
             dp.remote_pe = cp.full(p.num_remote_edges, len(self.plans), cp.int32)
             dp.remote_row = cp.asarray(p.remote_slot.astype(np.int32))
             peers = self.peer_table(self.x.data.ptr, [staging.data.ptr])
-            self.halo.append((cp.asarray(halo_rows(p)), staging, peers))
+            self.halo.append((cp.asarray(p.halo_nodes), staging, peers))
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
         src, staging, peers = self.halo[r]
-        gather_rows(self.x, src, staging, self.dev_id)  # the bulk exchange
+        gather_rows(self.x, src, staging)  # the bulk exchange
         run(dp, self.pe_rows(r), peers, out, op, eps, cfg, self.dev_id)
 
 

@@ -2,7 +2,7 @@
 // dropout keyed by a hash of (key, global row, column) — the same hash, so a GPU run
 // draws the CPU run's masks — the same for edges (attention dropout), SDDMM
 // (per-edge, per-head dot products), GAT's attention softmax over each destination's
-// in-edges (forward, backward) and a segment sum by source.
+// in-edges (forward, backward), a segment sum by source, and a row gather.
 
 typedef long long i64;
 typedef unsigned long long u64;
@@ -196,4 +196,28 @@ extern "C" __global__ void mgg_segment_sum(const i64* __restrict__ ptr,
             if (lane == 0) out[s * heads + h] = acc;
         }
     }
+}
+
+// out[i, :] = x[src[i], :] for i < H; a row is q units (float4 where D and the pointers
+// allow, else float), units = H * q
+template <typename T>
+__device__ __forceinline__ void gather(const T* __restrict__ x, const i64* __restrict__ src,
+                                       T* __restrict__ out, i64 units, int q) {
+    const i64 step = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < units; t += step) {
+        const i64 i = t / q;
+        out[t] = x[src[i] * q + (t - i * q)];
+    }
+}
+
+extern "C" __global__ void mgg_gather_rows4(const float4* __restrict__ x,
+                                            const i64* __restrict__ src,
+                                            float4* __restrict__ out, i64 units, int q) {
+    gather(x, src, out, units, q);
+}
+
+extern "C" __global__ void mgg_gather_rows1(const float* __restrict__ x,
+                                            const i64* __restrict__ src,
+                                            float* __restrict__ out, i64 units, int q) {
+    gather(x, src, out, units, q);
 }

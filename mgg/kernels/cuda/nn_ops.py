@@ -227,3 +227,17 @@ def segment_sum(ptr, perm, values, segments: int):
             ),
         )
     return out
+
+
+def gather_rows(x, src, out) -> None:
+    """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous float32 cupy
+    arrays, src int64 [H] cupy; 16-byte loads where D and the pointers allow."""
+    h, d = int(src.size), int(x.shape[1])
+    if h == 0:
+        return
+    vec = 4 if d % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0 else 1
+    q = d // vec
+    units = h * q
+    _fn(f"mgg_gather_rows{vec}")(
+        (_blocks(units),), (THREADS,), (x, src, out, np.int64(units), np.int32(q))
+    )
