@@ -10,6 +10,29 @@ from mgg.graph import Graph
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def have_gpu() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
+        return False
+
+
+gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
+
+
+def virtual_design(design: str, plans, x, **knobs):
+    """A virtual design (mgg.designs.virtual) over P PEs on this GPU with x [N, D] written
+    into its input."""
+    from mgg.backend import assign
+    from mgg.designs import get_design
+
+    d = get_design("virtual", design)(plans, None, x.shape[1], **knobs)
+    assign(d.x, x)
+    return d
+
+
 def shared_dataset(name: str) -> Path:
     """Path of a real graph in ../shared/data, or skip the test when it is absent."""
     p = SHARED_DATA / f"{name}.npz"

@@ -25,33 +25,16 @@ from mgg.kernels.cuda import (
 from mgg.partition import build_plan
 from mgg.tuner import known_gpu
 
-from conftest import ROOT, assert_agg_close, random_graph
+from conftest import ROOT, assert_agg_close, gpu, random_graph, virtual_design
 
 NVCC = shutil.which("nvcc")
-
-
-def have_gpu() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
-        return False
-
-
-gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
 
 
 def virtual(design, plans, x, op, eps=0.0, **knobs):
     """The whole [N, D] output of a design over P virtual PEs on this GPU (numpy)."""
     import cupy
 
-    from mgg.backend import assign
-    from mgg.designs import get_design
-
-    d = get_design("virtual", design)(plans, None, x.shape[1], **knobs)
-    assign(d.x, x)
-    return cupy.asnumpy(d(op, eps))
+    return cupy.asnumpy(virtual_design(design, plans, x, **knobs)(op, eps))
 
 
 # ---- compiles in CI --------------------------------------------------------------------
@@ -603,74 +586,6 @@ def test_register_module_checks_the_status_and_registers_once(monkeypatch):
     nv.register_module(module(11))  # a fresh init registers again
     assert calls[-1] == ("init", 11)
     assert "returned 3" in nv.release_modules()[0]
-
-
-class FakeRuntime:
-    """cuda.bindings.runtime as place_rows uses it: records the advice per byte range
-    and reads the preferred location back (or refuses, or lies)."""
-
-    class cudaError_t:  # noqa: N801 - the binding's names
-        cudaSuccess = 0
-        cudaErrorInvalidDevice = 101
-
-    class cudaMemLocationType:  # noqa: N801
-        cudaMemLocationTypeDevice = "device"
-        cudaMemLocationTypeHost = "host"
-
-    class cudaMemoryAdvise:  # noqa: N801
-        cudaMemAdviseSetPreferredLocation = "preferred"
-        cudaMemAdviseSetAccessedBy = "accessed"
-
-    class cudaMemRangeAttribute:  # noqa: N801
-        cudaMemRangeAttributePreferredLocation = "preferred"
-
-    class cudaMemLocation:  # noqa: N801
-        type = id = None
-
-    def __init__(self, refuse_host=False, ignore=False):
-        self.refuse_host, self.ignore = refuse_host, ignore
-        self.preferred = {}  # page -> location id
-        self.calls = []
-
-    def cudaMemAdvise(self, ptr, n, advice, loc):  # noqa: N802
-        self.calls.append(("advise", advice, ptr, n, loc.type, loc.id))
-        if loc.type == "host" and self.refuse_host:
-            return (self.cudaError_t.cudaErrorInvalidDevice,)
-        if advice == "preferred" and not self.ignore:
-            for page in range(ptr // 4096, -(-(ptr + n) // 4096)):
-                self.preferred[page] = -1 if loc.type == "host" else loc.id
-        return (0,)
-
-    def cudaMemPrefetchAsync(self, ptr, n, loc, flags, stream):  # noqa: N802
-        self.calls.append(("prefetch", ptr, n, loc.type, loc.id))
-        return (0,)
-
-    def cudaMemRangeGetAttribute(self, size, attr, ptr, n):  # noqa: N802
-        got = {self.preferred.get(p, -2) for p in range(ptr // 4096, (ptr + n) // 4096)}
-        return (0, got.pop() if len(got) == 1 else -2)
-
-
-def test_uvm_placement_advises_own_rows_to_the_gpu_and_verifies_it():
-    from mgg.designs.virtual import place_rows
-
-    bounds = np.array([0, 1000, 2500, 4000])  # 3 PEs; row = 64 floats = 256 B
-    base, row = 1 << 21, 256
-    rt = FakeRuntime()
-    got = place_rows(rt, base, row, bounds, 1, device_id=2)
-    assert got == {"verified": True, "detail": "as advised"}
-    preferred = [c for c in rt.calls if c[:2] == ("advise", "preferred")]
-    assert [(c[2], c[3], c[4]) for c in preferred] == [
-        (base, 1000 * row, "host"),
-        (base + 1000 * row, 1500 * row, "device"),
-        (base + 2500 * row, 1500 * row, "host"),
-    ]
-    assert all(c[5] == 2 for c in preferred if c[4] == "device")
-    accessed = [c for c in rt.calls if c[:2] == ("advise", "accessed")]
-    assert len(accessed) == 3 and all(c[4:] == ("device", 2) for c in accessed)
-    # refused (CUDA 13 rejecting a location) or silently ignored: not verified
-    assert place_rows(FakeRuntime(refuse_host=True), base, row, bounds, 1, 2)["verified"] is False
-    bad = place_rows(FakeRuntime(ignore=True), base, row, bounds, 0, 2)
-    assert bad["verified"] is False and "prefer" in bad["detail"]
 
 
 # ---- on a GPU ------------------------------------------------------------------------------

@@ -5,23 +5,11 @@ kernel, compiled with nn.cu's tests) are checked against scipy on a GPU (marked 
 import numpy as np
 import pytest
 
-from mgg.designs.virtual import advise_rows
+from mgg.designs.virtual import advise_rows, place_rows
 from mgg.kernels import reference
 from mgg.partition import build_plan
 
-from conftest import ROOT, assert_agg_close, random_graph
-
-
-def have_gpu() -> bool:
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
-        return False
-
-
-gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
+from conftest import ROOT, assert_agg_close, gpu, random_graph, virtual_design
 
 
 def remote_sources(g, lb, ub):
@@ -48,11 +36,12 @@ def test_halo_nodes_are_each_remote_source_once_in_order_of_first_use(rng, nproc
 
 
 class FakeRuntime:
-    """cuda.bindings.runtime as advise_rows uses it: records the preferred location of
-    each page and reads it back."""
+    """cuda.bindings.runtime as place_rows uses it: records the advice per byte range
+    and reads the preferred location back (or refuses, or lies)."""
 
     class cudaError_t:  # noqa: N801 - the binding's names
         cudaSuccess = 0
+        cudaErrorInvalidDevice = 101
 
     class cudaMemLocationType:  # noqa: N801
         cudaMemLocationTypeDevice = "device"
@@ -68,12 +57,16 @@ class FakeRuntime:
     class cudaMemLocation:  # noqa: N801
         type = id = None
 
-    def __init__(self):
-        self.preferred, self.calls = {}, []
+    def __init__(self, refuse_host=False, ignore=False):
+        self.refuse_host, self.ignore = refuse_host, ignore
+        self.preferred = {}  # page -> location id
+        self.calls = []
 
     def cudaMemAdvise(self, ptr, n, advice, loc):  # noqa: N802
         self.calls.append(("advise", advice, ptr, n, loc.type, loc.id))
-        if advice == "preferred":
+        if loc.type == "host" and self.refuse_host:
+            return (self.cudaError_t.cudaErrorInvalidDevice,)
+        if advice == "preferred" and not self.ignore:
             for page in range(ptr // 4096, -(-(ptr + n) // 4096)):
                 self.preferred[page] = -1 if loc.type == "host" else loc.id
         return (0,)
@@ -85,6 +78,27 @@ class FakeRuntime:
     def cudaMemRangeGetAttribute(self, size, attr, ptr, n):  # noqa: N802
         got = {self.preferred.get(p, -2) for p in range(ptr // 4096, (ptr + n) // 4096)}
         return (0, got.pop() if len(got) == 1 else -2)
+
+
+def test_uvm_placement_advises_own_rows_to_the_gpu_and_verifies_it():
+    bounds = np.array([0, 1000, 2500, 4000])  # 3 PEs; row = 64 floats = 256 B
+    base, row = 1 << 21, 256
+    rt = FakeRuntime()
+    got = place_rows(rt, base, row, bounds, 1, device_id=2)
+    assert got == {"verified": True, "detail": "as advised"}
+    preferred = [c for c in rt.calls if c[:2] == ("advise", "preferred")]
+    assert [(c[2], c[3], c[4]) for c in preferred] == [
+        (base, 1000 * row, "host"),
+        (base + 1000 * row, 1500 * row, "device"),
+        (base + 2500 * row, 1500 * row, "host"),
+    ]
+    assert all(c[5] == 2 for c in preferred if c[4] == "device")
+    accessed = [c for c in rt.calls if c[:2] == ("advise", "accessed")]
+    assert len(accessed) == 3 and all(c[4:] == ("device", 2) for c in accessed)
+    # refused (CUDA 13 rejecting a location) or silently ignored: not verified
+    assert place_rows(FakeRuntime(refuse_host=True), base, row, bounds, 1, 2)["verified"] is False
+    bad = place_rows(FakeRuntime(ignore=True), base, row, bounds, 0, 2)
+    assert bad["verified"] is False and "prefer" in bad["detail"]
 
 
 def test_uvm_hbm_placement_puts_every_row_on_the_gpu():
@@ -127,15 +141,6 @@ def test_a_bench_row_whose_uvm_hbm_placement_failed_fails_the_stage(tmp_path, mo
 
 
 # ---- on a GPU ------------------------------------------------------------------------------
-def build(design, plans, x):
-    from mgg.backend import assign
-    from mgg.designs import get_design
-
-    d = get_design("virtual", design)(plans, None, x.shape[1])
-    assign(d.x, x)
-    return d
-
-
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("design", ["dgcl", "uvm_hbm"])
@@ -151,7 +156,7 @@ def test_dgcl_and_uvm_hbm_equal_scipy(rng, design, op):
             x = rng.standard_normal((n, dim)).astype(np.float32)
             want = reference.aggregate(g, x, op, eps=0.25)
             for nprocs in (1, 2, 4):
-                d = build(design, build_plan(g, nprocs, 16), x)
+                d = virtual_design(design, build_plan(g, nprocs, 16), x)
                 assert_agg_close(cupy.asnumpy(d(op, 0.25)), want, g, x)
 
 
@@ -174,7 +179,7 @@ def test_dgcl_gathers_each_pes_halo_in_one_launch(rng, monkeypatch):
         x = rng.standard_normal((1500, dim)).astype(np.float32)
         for nprocs in (2, 4):
             plans = build_plan(g, nprocs, 16)
-            d = build("dgcl", plans, x)
+            d = virtual_design("dgcl", plans, x)
             launches.clear()
             d("sum")
             assert launches == [p.num_halo for p in plans]
@@ -211,7 +216,7 @@ def test_uvm_hbm_rows_are_managed_and_verified_on_the_gpu(rng):
 
     g = random_graph(rng, 3000, 30_000)
     x = rng.standard_normal((3000, 64)).astype(np.float32)
-    d = build("uvm_hbm", build_plan(g, 4, 16), x)
+    d = virtual_design("uvm_hbm", build_plan(g, 4, 16), x)
     assert d.advice == {"verified": True, "detail": "as advised"}
     assert isinstance(d.x.data.mem, cupy.cuda.ManagedMemory)
     assert d.cfgs[0].dist == 1 and d.plans[0].ps == max(p.widest_row for p in d.plans)

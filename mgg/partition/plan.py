@@ -131,6 +131,14 @@ class PartitionPlan:
             np.repeat(n, np.diff(self.remote_indptr)),
         )
 
+    def edge_slots(self) -> np.ndarray:
+        """int64 [El + Er]: the row each edge reads, local edges then remote, of this rank's
+        rows followed by its halo ([n + H]: a local source u, a remote one n + its slot)."""
+        n = self.num_local_nodes
+        return np.concatenate(
+            [self.local_indices.astype(np.int64), n + self.remote_slot.astype(np.int64)]
+        )
+
     def global_edges(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(local src, local dst, remote src, remote dst): int64 [El], [El], [Er], [Er]
         global node ids of each edge src -> dst, in the plan's edge order."""

@@ -402,9 +402,7 @@ def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
     check_graph(g, "edge_index")
 
     def build():
-        p, n = g.plan, g.plan.num_local_nodes
-        local, remote = p.local_indices.astype(np.int64), p.remote_slot.astype(np.int64)
-        return np.concatenate([local, n + remote]), np.concatenate(p.edge_dst())
+        return g.plan.edge_slots(), np.concatenate(g.plan.edge_dst())
 
     src, dst = (as_tensor(a) for a in _held(g, "edge_index", build))
     return (src, dst) if device is None else (src.to(device), dst.to(device))
@@ -429,9 +427,7 @@ def _attention_csr(g):
 
     def build():
         p = g.plan
-        src = np.concatenate(
-            [p.local_indices.astype(np.int64), p.num_local_nodes + p.remote_slot.astype(np.int64)]
-        )
+        src = p.edge_slots()
         slots = p.num_local_nodes + p.num_halo
         ptr = np.zeros(slots + 1, np.int64)
         np.cumsum(np.bincount(src, minlength=slots), out=ptr[1:])

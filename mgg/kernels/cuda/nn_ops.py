@@ -29,6 +29,17 @@ def _blocks(n: int) -> int:
     return max(1, min(65535, -(-n // THREADS)))
 
 
+def _warp_blocks(rows: int) -> int:
+    """Blocks of THREADS for one warp per row (a grid-stride loop covers the rest)."""
+    return max(1, min(1 << 20, -(-rows * 32 // THREADS)))
+
+
+def _dev(a, dtype):
+    import cupy
+
+    return cupy.ascontiguousarray(cupy.asarray(a, dtype))
+
+
 def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     """x [n, d] float32 cupy -> the dropped-out copy (mask by the hash of (key, row, col))."""
     import cupy
@@ -83,8 +94,7 @@ def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32
     bit (keyed by (key, dst, src, h))."""
     import cupy
 
-    dst = cupy.ascontiguousarray(cupy.asarray(dst, cupy.int64))
-    src = cupy.ascontiguousarray(cupy.asarray(src, cupy.int64))
+    dst, src = _dev(dst, cupy.int64), _dev(src, cupy.int64)
     if dst.shape != src.shape or dst.ndim != 1:
         raise ValueError(f"dst {dst.shape} and src {src.shape} must be one [E] each")
     out = cupy.empty((dst.size, heads), cupy.float32)
@@ -118,8 +128,7 @@ def sddmm(indptr, indices, a, b, heads: int):
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
     if out.size == 0:
         return out
-    a = cupy.ascontiguousarray(cupy.asarray(a, cupy.float32))
-    b = cupy.ascontiguousarray(cupy.asarray(b, cupy.float32))
+    a, b = _dev(a, cupy.float32), _dev(b, cupy.float32)
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"a is {a.shape[1]} wide but b is {b.shape[1]}")
     if b.shape[0] > np.iinfo(np.int32).max:
@@ -128,8 +137,8 @@ def sddmm(indptr, indices, a, b, heads: int):
         (_warp_blocks(indptr.size - 1),),
         (THREADS,),
         (
-            cupy.ascontiguousarray(cupy.asarray(indptr, cupy.int64)),
-            cupy.ascontiguousarray(cupy.asarray(indices, cupy.int32)),
+            _dev(indptr, cupy.int64),
+            _dev(indices, cupy.int32),
             a,
             b,
             out,
@@ -142,15 +151,13 @@ def sddmm(indptr, indices, a, b, heads: int):
     return out
 
 
-def _warp_blocks(rows: int) -> int:
-    """Blocks of THREADS for one warp per row (a grid-stride loop covers the rest)."""
-    return max(1, min(1 << 20, -(-rows * 32 // THREADS)))
-
-
-def _dev(a, dtype):
+def _scores(lp, rp, src, a_all, a_dst) -> tuple:
+    """The attention kernels' first arguments: the destinations' CSRs, the sources and
+    the per-node scores, on the device in the kernels' types."""
     import cupy
 
-    return cupy.ascontiguousarray(cupy.asarray(a, dtype))
+    i64, f32 = cupy.int64, cupy.float32
+    return _dev(lp, i64), _dev(rp, i64), _dev(src, i64), _dev(a_all, f32), _dev(a_dst, f32)
 
 
 def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
@@ -164,11 +171,7 @@ def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
             (_warp_blocks(n),),
             (THREADS,),
             (
-                _dev(lp, cupy.int64),
-                _dev(rp, cupy.int64),
-                _dev(src, cupy.int64),
-                _dev(a_all, cupy.float32),
-                _dev(a_dst, cupy.float32),
+                *_scores(lp, rp, src, a_all, a_dst),
                 alpha,
                 np.int64(n),
                 np.int32(heads),
@@ -190,11 +193,7 @@ def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float)
             (_warp_blocks(n),),
             (THREADS,),
             (
-                _dev(lp, cupy.int64),
-                _dev(rp, cupy.int64),
-                _dev(src, cupy.int64),
-                _dev(a_all, cupy.float32),
-                _dev(a_dst, cupy.float32),
+                *_scores(lp, rp, src, a_all, a_dst),
                 _dev(alpha, cupy.float32),
                 _dev(dalpha, cupy.float32),
                 dscore,
