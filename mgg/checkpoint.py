@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from . import precision
 from .atomic import Lock, LockedError, atomic_write, hold, is_temporary, sweep
 from .errors import CheckpointError
 
@@ -460,11 +461,16 @@ def load(
 def restore_knobs(graph, meta: dict) -> list[str]:
     """Collective: apply the knobs a checkpoint's run tuned (``meta["graph_config"]`` when
     ``meta["tuning"]``) that are valid for this job's ``graph`` (a DistGraph), each on its
-    own; returns a note for each one dropped (e.g. threads tuned at another rank count).
+    own; returns a note for each one dropped (e.g. threads tuned at another rank count),
+    and one when the run's row dtype (``meta["dtype"]``) is not this job's: the weights
+    are float32 masters either way, so training goes on in this job's dtype.
     Knobs the run did not tune were its flags: this job's flags rule."""
-    if not meta.get("tuning"):
-        return []
     notes = []
+    was, now = meta.get("dtype"), precision.name(graph.dtype)
+    if was is not None and was != now:
+        notes.append(f"trained with {was} rows, resumed with {now} (float32 weights either way)")
+    if not meta.get("tuning"):
+        return notes
     ranks = meta.get("ranks", "?")
     for knob, value in (meta.get("graph_config") or {}).items():
         if knob == "window" and value not in graph.window_choices:

@@ -15,6 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from . import precision
 from .backend import Backend, assign, get_backend
 from .designs.halo import EdgeTranspose, HaloExchange
 from .errors import InputError
@@ -32,8 +33,10 @@ class DistGraph:
     comm    mgg.comm.Comm, or None for a single process without MPI
     design  aggregation design for P > 1 (mgg.designs: 'pipelined', 'bulk_halo', 'direct')
     backend 'cpu' or 'cuda' (or a Backend)
-    knobs   mgg.knobs.Knobs, or knob keywords (ps=, dist=, window=, ...): those this
-            backend and design take; a ps other than the plan's re-cuts it
+    knobs   mgg.knobs.Knobs, or knob keywords (ps=, dist=, window=, dtype=, ...): those
+            this backend and design take; a ps other than the plan's re-cuts it
+    dtype   the rows' dtype: the knob's (float32 or bfloat16); the cpu backend also
+            aggregates float64 (np.float64: for gradcheck)
     """
 
     def __init__(
@@ -43,7 +46,7 @@ class DistGraph:
         *,
         design: str = "pipelined",
         backend: str | Backend = "cpu",
-        dtype=np.float32,
+        dtype=None,
         knobs: Knobs | None = None,
         **given,
     ):
@@ -54,13 +57,15 @@ class DistGraph:
         self.design_cls = self.backend.design(design)
         self.takes = self.backend.takes(self.design_cls)
         self.job = self.backend.job(design)
+        if dtype is not None and precision.row_dtype(dtype) != np.float64:
+            given["dtype"], dtype = dtype, None  # a knob's value
         knobs = Knobs.parse(given, takes=self.takes, job=self.job, base=knobs)
         if "ps" in knobs.given and knobs.ps != plan.ps:
             plan = plan.with_ps(knobs.ps)
         self.plan, self.comm, self.design = plan, comm, design
         self.knobs = replace(knobs, ps=plan.ps, window=self._window(knobs.window))
         self._threads(self.knobs.threads)
-        self.dtype = np.dtype(dtype)
+        self.dtype = precision.row_dtype(self.knobs.dtype if dtype is None else dtype)
         self.xp = self.backend.xp
         self._designs: dict = {}
         self._turn: dict = {}
@@ -76,7 +81,7 @@ class DistGraph:
         """Partition ``graph`` for the job of ``comm`` (cut with the knobs' ps and split)
         and keep this rank's plan. ``kw``: knob keywords and DistGraph's other options."""
         size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-        given = {k: kw.pop(k) for k in list(kw) if k in SPECS}
+        given = {k: kw.pop(k) for k in list(kw) if k in SPECS and k != "dtype"}
         knobs = Knobs.parse(given, base=knobs)
         plan = build_plan(graph, size, knobs.ps, rank=rank, split=knobs.split)
         return cls(plan, comm, design=design, knobs=knobs, **kw)

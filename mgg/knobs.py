@@ -14,6 +14,8 @@ take, which backend takes it, the tuner's search space per device, and its JSON 
            mixed (both shares)
   remote   how the CUDA kernel reads peers: p2p (loads via nvshmem_ptr),  cuda
            get (device gets) (auto: p2p where every peer maps)
+  dtype    what node rows are stored, exchanged and aggregated in:        cpu, cuda
+           float32, or bfloat16 summed in float32 (mgg.precision)
 
 A value enters once (a flag, a ``--config`` key, a keyword argument, a checkpoint)
 through :meth:`Knobs.parse`, which refuses it naming where it came from and what is
@@ -28,14 +30,17 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 
+from . import precision
 from .errors import InputError
+from .precision import DTYPES
 
 WINDOWS = ("shm", "rma", "msg")
 SPLITS = ("edges", "nodes", "mixed")
 REMOTES = ("p2p", "get")
 AUTO = "auto"  # a flag's spelling of None where a knob has an automatic choice
 TUNABLE = ("ps", "dist", "wpb", "threads", "window")  # what a tuner and configure() set
-JOB_KNOBS = {"cpu": ("ps", "split", "threads"), "cuda": ("ps", "split")}  # besides the design's
+# besides the design's
+JOB_KNOBS = {"cpu": ("ps", "split", "threads", "dtype"), "cuda": ("ps", "split", "dtype")}
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128)
 INT_MAX = 2**31 - 1  # the top of every integer knob and flag: a C int, what kernels take
 
@@ -103,6 +108,12 @@ class Knobs:
         "how the CUDA kernel reads peers: loads via nvshmem_ptr (p2p) or device gets (get)",
         choices=REMOTES,
         auto="p2p if every peer maps",
+    )
+    dtype: str = _knob(
+        "float32",
+        "what node rows are stored, exchanged and aggregated in (bfloat16: half the bytes, "
+        "summed in float32; weights stay float32)",
+        choices=DTYPES,
     )
     given: frozenset | None = field(default=None, compare=False, repr=False)
 
@@ -202,6 +213,8 @@ def check_value(name: str, value, *, label: str | None = None, text: bool = Fals
                 raise KnobError(f"{at}expected an integer, got {value[:40]!r}") from None
     if value is None and spec.auto:
         return None
+    if name == "dtype" and not isinstance(value, str):  # np.float32, torch.bfloat16
+        value = _dtype_name(value)
     if spec.choices is not None:
         if value not in spec.choices:
             raise KnobError(f"{at}must be {_one_of(spec)}, got {shown(value)}")
@@ -230,6 +243,14 @@ def _is_int(value) -> bool:
         return int(value) == value and not isinstance(value, str | float | complex)
     except (TypeError, ValueError):
         return False
+
+
+def _dtype_name(value):
+    """A numpy or torch dtype's knob name ('float32', 'bfloat16'), else value as it is."""
+    try:
+        return precision.name(value)
+    except TypeError:
+        return value
 
 
 def _numba_threads() -> int:

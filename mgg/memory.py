@@ -19,6 +19,8 @@ import os
 import re
 
 from .errors import InputError, ResourceError
+from .knobs import DEFAULTS
+from .precision import row_dtype
 
 __all__ = [
     "LIMIT_ENV",
@@ -205,6 +207,8 @@ def estimate(
     symmetric: bool = True,
     dim: int = 16,
     makes_split: bool = False,
+    dtype: str = DEFAULTS.dtype,
+    stored: str = DEFAULTS.dtype,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -219,12 +223,15 @@ def estimate(
     (default: the widest layer's) once more while its gradient is stored; ``dim``: check's
     width D;
     ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
-    ``makes_split``: the dataset has no masks, so make_split counts per class.
+    ``makes_split``: the dataset has no masks, so make_split counts per class;
+    ``dtype``: the job's rows (bfloat16: 2 bytes each; weights, optimizer state and the
+    sums stay float32); ``stored``: the dataset's dense features.
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
     rows = -(-n // p)
-    x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else 4 * n * f
+    rb, fb = row_dtype(dtype).itemsize, row_dtype(stored).itemsize  # bytes per value
+    x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else fb * n * f
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
     part = {"baseline": BASELINE}
     entries = e + n  # gcn_norm adds a self loop per node
@@ -245,7 +252,7 @@ def estimate(
     if command == "train":
         widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
         in_width = f if feature_nnz is None else 0
-        act = int(4 * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
+        act = int(rb * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
         part["activations"] = act
         if edge_floats:  # attention: per edge and head, each layer (the last has one head)
             act += 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries // p + rows)
@@ -258,13 +265,13 @@ def estimate(
         part["model"] = per_param * int(params) + 4 * int(largest_param or 0)
         windows = 0
         if p > 1:  # two shm windows per width, and the peers' rows each rank reads
-            windows = 2 * directions * 4 * sum(set(widths)) * n
+            windows = 2 * directions * rb * sum(set(widths)) * n
         part["windows"] = windows
         run = part["dataset"] + plan + act + windows + part["model"]
     elif command == "check":
-        windows = 2 * 4 * dim * (rows + (n - rows if p > 1 else 0))
+        windows = 2 * rb * dim * (rows + (n - rows if p > 1 else 0))
         part["windows"] = windows
-        run = part["dataset"] + plan + 4 * dim * rows * 4 + windows
+        run = part["dataset"] + plan + (3 * rb + 4) * dim * rows + windows  # x, out, float32 sums
     elif command == "partition":
         run = part["dataset"] + part["plan"] + node_data
     part["total"] = BASELINE + max(load, build, run) + part.get("make_split", 0)
@@ -318,6 +325,7 @@ def _facts(ds) -> dict:
             "features": ds.num_features or 0,
             "feature_nnz": 0 if ds.features == "sparse" else None,
             "featureless": ds.features is None,
+            "stored": ds.manifest.get("feature_dtype") or "float32",
             "classes": ds.num_classes or 0,
             "multilabel": False,
             "makes_split": False,
@@ -331,6 +339,7 @@ def _facts(ds) -> dict:
         "features": 0 if x is None else int(x.shape[1]),
         "feature_nnz": int(x.nnz) if hasattr(x, "nnz") else None,
         "featureless": x is None,
+        "stored": "float32",
         "classes": int(ds.num_classes or 0),
         "multilabel": bool(ds.multilabel),
         "makes_split": ds.y is not None and ds.train_mask is None,
@@ -375,6 +384,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
         sharded=d["sharded"],
         symmetric=d["symmetric"],
         makes_split=d["makes_split"],
+        stored=d["stored"],
         **kw,
     )
 

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint
+from . import checkpoint, precision
 from .arrays import to_host
 from .backend import Backend, get_backend
 from .distgraph import DistGraph
@@ -24,6 +24,7 @@ from .harness.timing import slowest
 from .knobs import Knobs, space
 from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
 from .partition.shards import ShardedDataset
+from .precision import as_rows
 from .progress import progress
 from .torch import SparseRows, as_features, graph_kind, sync_gradients
 from .tuner import Protocol, Workload, drive
@@ -122,7 +123,7 @@ def prepare(
         x = rows.x
         if sp.issparse(x):
             x = sp.csr_matrix(x, dtype=np.float32)
-        else:
+        elif x.dtype != dg.dtype or row_normalize:  # else kept as stored (bf16 shards)
             x = np.ascontiguousarray(x, np.float32)
         if (
             not sp.issparse(x)
@@ -130,10 +131,11 @@ def prepare(
             and x.size
             and np.count_nonzero(x) <= SPARSE_FEATURES_DENSITY * x.size
         ):
-            x = sp.csr_matrix(x)  # bag-of-words: the first layer multiplies it sparse
+            x = sp.csr_matrix(np.asarray(x, np.float32))  # bag-of-words: multiplied sparse
         if row_normalize:
             x = _row_normalize(x)
             notes += "; features: rows normalized to sum 1"
+    x = as_rows(x, dg.dtype, f"the features of {rows.name!r}")
     be = dg.backend
     device = torch.device("cpu")
     if be.gpu:
@@ -367,7 +369,9 @@ class Trainer:
         bad, big = local
         name = self.data.identity.get("dataset")
         what = f"the features of {name!r}" if name else "the input features"
-        loss = f"the loss is {total} at epoch {epoch}"
+        rows = precision.name(self.g.dtype)
+        rows = "" if rows == "float32" else f" ({rows} rows)"
+        loss = f"the loss is {total} at epoch {epoch}{rows}"
         if bad:
             return f"{loss}: {what} hold {bad:.0f} NaN/inf values (not a learning-rate problem)"
         if big > FLOAT32_SAFE:
@@ -401,7 +405,7 @@ class Trainer:
     def _loss_sum(self, logits, rows) -> torch.Tensor:
         """The loss summed over ``rows`` (an index tensor; multi-label: averaged over
         tasks), a 0-d tensor on the device."""
-        out, y = logits.index_select(0, rows), self.data.y.index_select(0, rows)
+        out, y = logits.index_select(0, rows).float(), self.data.y.index_select(0, rows)
         if self.multilabel:  # y float32 (prepare)
             return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / y.shape[1]
         return F.cross_entropy(out, y, reduction="sum")
@@ -599,6 +603,7 @@ class Trainer:
             "graph_config": self.g.config,
             "tuning": self.tuning,
             "ranks": self.g.size,
+            "dtype": precision.name(self.g.dtype),
             **({"data": self.data.identity} if self.data.identity else {}),
         }
         return checkpoint.save(path, self.model, self.opt, meta, self.comm)

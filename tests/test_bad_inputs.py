@@ -144,7 +144,13 @@ CASES = [
         ["train", "--dataset", P, "--wpb", "8"],
         2,
         r"--wpb is not a knob of the pipelined design on cpu, which takes ps, dist, threads, "
-        r"window, split$",
+        r"window, split, dtype$",
+    ),
+    (
+        "dtype-half",
+        ["train", "--dataset", P, "--dtype", "float16"],
+        2,
+        r"--dtype: .*one of float32, bfloat16.*float16",
     ),
     (
         "remote-on-cpu",

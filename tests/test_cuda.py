@@ -69,11 +69,11 @@ def test_training_kernels_compile_for_sm80_and_sm90(tmp_path):
 CLASSES = sorted({width_class(d, h) for d in range(1, 1025) for h in (1, 2, 8) if d % h == 0})
 
 
-def every_class_source(tmp_path) -> Path:
+def every_class_source(tmp_path, classes=CLASSES) -> Path:
     """aggregate.cu with every class's kernel instantiated (mgg_aggregate_class<vec, W>):
     one translation unit, so that the get mode's NVSHMEM headers compile once."""
     src = tmp_path / "every_class.cu"
-    classes = " ".join(f"X({v}, {w})" for v, w in CLASSES)
+    classes = " ".join(f"X({v}, {w})" for v, w in classes)
     src.write_text(f'#define MGG_EVERY_CLASS {classes}\n#include "{SOURCE}"\n')
     return src
 
@@ -287,9 +287,11 @@ class Launches:
     def __init__(self):
         self.calls = []
         self.modules = []
+        self.bf16 = []  # each module's bf16 flag
 
-    def load_module(self, device_id, weighted, mode, cls):
+    def load_module(self, device_id, weighted, mode, cls, bf16=False):
         self.modules.append((weighted, mode, cls))
+        self.bf16.append(bf16)
         return self
 
     def get_function(self, name):

@@ -59,10 +59,10 @@ def test_a_value_enters_once_and_is_remembered_as_given():
 
 def test_each_backend_and_design_takes_its_own_knobs():
     cpu, cuda = get_backend("cpu"), get_backend("cuda")
-    assert cpu.takes("pipelined") == ("ps", "dist", "threads", "window", "split")
-    assert cpu.takes("bulk_halo") == ("ps", "threads", "window", "split")
+    assert cpu.takes("pipelined") == ("ps", "dist", "threads", "window", "split", "dtype")
+    assert cpu.takes("bulk_halo") == ("ps", "threads", "window", "split", "dtype")
     assert cpu.takes("bulk_halo", "pipelined") == cpu.takes("pipelined")
-    assert cuda.takes("pipelined") == ("ps", "dist", "wpb", "split", "remote")
+    assert cuda.takes("pipelined") == ("ps", "dist", "wpb", "split", "remote", "dtype")
     for backend, knob in ((cpu, "wpb"), (cpu, "remote"), (cuda, "window"), (cuda, "threads")):
         with pytest.raises(KnobError, match=f"^{knob} is not a knob of the pipelined design"):
             Knobs.parse(

@@ -15,7 +15,7 @@ from .common import (
     sizes,
 )
 
-KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote")
+KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype")
 EVERY_WINDOW = ("all", "each design on every window it takes that the job can use")
 
 
@@ -51,7 +51,7 @@ def main(args) -> int:
         raise ValueError("--window all compares the MPI windows of the cpu backend")
     comm = backend.comm(knobs)  # first: from here on a failing rank aborts the job
     ds = open_dataset(args.graph, args.scale, args.seed)
-    mem = check_job(ds, comm.size, "check", source=args.graph, dim=args.dim)
+    mem = check_job(ds, comm.size, "check", source=args.graph, dim=args.dim, dtype=knobs.dtype)
     result = check(
         ds,
         backend,
@@ -70,7 +70,7 @@ def main(args) -> int:
             n, e = sizes(ds)
             print(
                 f"{ds.name}: {n:,} nodes, {e:,} edges, P={comm.size}, D={args.dim}, "
-                f"ps={result['ps']}, dist={result['dist']}"
+                f"ps={result['ps']}, dist={result['dist']}, {result['dtype']}"
             )
             rows = [
                 [r["design"], r["op"], r["window"], "ok" if r["ok"] else "MISMATCH"]

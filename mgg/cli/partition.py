@@ -19,7 +19,7 @@ from .common import (
     renamed,
 )
 
-KNOBS = ("ps", "split")
+KNOBS = ("ps", "split", "dtype")  # dtype: of the features --out stores
 MODEL = (
     "the graph the plans are of: a model's (gcn, sage, gin, gat) or a graph kind (as_is, "
     "gcn_norm, self_loops, no_self_loops); default gcn with --out, else the graph as given"
@@ -55,6 +55,7 @@ def main(args) -> int:
     from ..memory import check_job
     from ..partition import build_plan, plan_stats
     from ..partition.shards import ShardedDataset, check_target, write_sharded
+    from ..precision import as_rows
 
     knobs = knobs_of(args, KNOBS, "mgg partition")
     if args.out and args.no_transposed:
@@ -86,6 +87,7 @@ def main(args) -> int:
     if args.out:
         t0 = time.perf_counter()
         rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
+        rows = [r._replace(x=as_rows(r.x, knobs.dtype, f"{args.graph}'s features")) for r in rows]
         source = {
             **dataset_source(args.graph, args.scale, args.seed),
             "num_edges": ds.graph.num_edges,

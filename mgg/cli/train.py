@@ -25,7 +25,7 @@ from .common import (
     sizes,
 )
 
-KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote")
+KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype")
 MODEL = (
     "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
     "mgg.torch.MODELS"
@@ -116,7 +116,7 @@ def main(args) -> int:
     ds = open_dataset(args.dataset, args.scale, args.seed)
     mem = check_job(ds, comm.size, "train", source=args.dataset, model=spec,
                     hidden=args.hidden, layers=args.layers, heads=args.heads,
-                    optimizer=args.optimizer)  # fmt: skip
+                    optimizer=args.optimizer, dtype=knobs.dtype)  # fmt: skip
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -184,6 +184,7 @@ def main(args) -> int:
         "dataset": ds.name,
         "np": comm.size,
         "epochs": args.epochs,
+        "dtype": dg.knobs.dtype,
         "num_nodes": num_nodes,
         "num_edges": num_edges,
         "setup_s": setup_s,

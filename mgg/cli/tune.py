@@ -16,7 +16,7 @@ from .common import (
     renamed,
 )
 
-KNOBS = ("window", "split", "remote")  # fixed; ps, dist and wpb or threads are searched
+KNOBS = ("window", "split", "remote", "dtype")  # fixed; ps, dist, wpb or threads searched
 START = "start at the model's guess (its ranking orders the moves), or at (1, 1, 1) as the paper"
 
 

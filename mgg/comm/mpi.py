@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import LaunchError
 from ..knobs import check_value
+from ..precision import bits, storage
 from .base import WINDOWS, Comm, SymmetricArray
 
 _abort_installed = False
@@ -89,6 +90,11 @@ def unlink_node_segment(node) -> None:
                 os.unlink(path)
             except OSError:
                 pass
+
+
+def mpi_type(MPI, dtype):
+    """The MPI datatype of an element of ``dtype`` (bf16: its 16-bit word)."""
+    return MPI._typedict[storage(dtype).char]
 
 
 class LaunchMismatchError(LaunchError):
@@ -169,6 +175,7 @@ class MPIComm(Comm):
         rc = np.asarray(recv_counts, np.int64) * d
         sd = np.concatenate([[0], np.cumsum(sc)[:-1]])
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]])
+        send, recv = bits(send), bits(recv)  # bf16 goes as its 16-bit words
         mt = self.MPI._typedict[send.dtype.char]
         self.comm.Alltoallv([send, (sc, sd), mt], [recv, (rc, rd), mt])
 
@@ -259,7 +266,7 @@ class MPISymmetricArray(SymmetricArray):
             self._node_view = None
         info.Free()
         self.win.Lock_all(MPI.MODE_NOCHECK)
-        self._row_type = MPI._typedict[dtype.char].Create_contiguous(max(dim, 1)).Commit()
+        self._row_type = mpi_type(MPI, dtype).Create_contiguous(max(dim, 1)).Commit()
 
     def _map_node(self):
         """One array over the node's segments: rows of node-rank i start at i * rows."""
@@ -314,16 +321,16 @@ class MPISymmetricArray(SymmetricArray):
                 out[sel.slots] = src[sel.rows]
             return None
         if sel.slots is None:
-            origin = [out, sel.size, self._row_type]
+            origin = [bits(out), sel.size, self._row_type]
         else:
-            origin = [out, 1, sel.origin]
+            origin = [bits(out), 1, sel.origin]
         return self.win.Rget(origin, sel.pe, [0, 1, sel.target])
 
     def _indexed(self, rows: np.ndarray):
         """Committed datatype selecting these rows of a [*, dim] buffer."""
         MPI = self.comm.MPI
         return (
-            MPI._typedict[self.dtype.char]
+            mpi_type(MPI, self.dtype)
             .Create_indexed_block(max(self.dim, 1), rows * self.dim)
             .Commit()
         )

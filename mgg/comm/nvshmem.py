@@ -16,6 +16,7 @@ import re
 import numpy as np
 
 from ..errors import ResourceError
+from ..precision import storage
 from .base import SymmetricArray
 from .mpi import MPIComm
 
@@ -165,16 +166,18 @@ class NVSHMEMComm(MPIComm):
         self.comm.Barrier()
 
     def symmetric(self, rows: int, dim: int, dtype=np.float32, window=None):
-        """Collective: a [rows, dim] device array in the symmetric heap of every PE."""
+        """Collective: a [rows, dim] device array in the symmetric heap of every PE, of
+        ``dtype``, or of uint16 for bfloat16 (its bits: cupy has no bf16)."""
         rows, dim = int(rows), int(dim)
-        nbytes = max(rows * dim * np.dtype(dtype).itemsize, 1)
+        dtype = storage(dtype)
+        nbytes = max(rows * dim * dtype.itemsize, 1)
         check_heap(self.used, nbytes, self.heap, rows, dim)
         sizes = self.comm.allgather((rows, dim))
         if len(set(sizes)) != 1:
             raise ValueError(
                 f"symmetric arrays must have the same shape on every rank, got {sorted(set(sizes))}"
             )
-        arr = self.nvshmem.array((rows, dim), dtype=np.dtype(dtype).name)
+        arr = self.nvshmem.array((rows, dim), dtype=dtype.name)
         self.used += nbytes
         sym = NVSHMEMSymmetricArray(self, arr)
         self.arrays.append(sym)

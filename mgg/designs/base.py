@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LaunchError
+from ..kernels.bf16 import store_rows
 from ..kernels.reference import check_edge_weights, check_op
 from ..partition.plan import PartitionPlan
+from ..precision import accumulator, row_dtype, storage
 
 
 class PlanMismatchError(LaunchError):
@@ -25,17 +27,22 @@ class Design:
     Subclasses set ``x`` [n_local, D] and implement ``run(op, eps, out)``; ``knobs`` names
     the knobs (mgg.knobs) their constructor takes as keyword options beyond (plan, comm,
     dim, dtype), with mgg.knobs.DEFAULTS' values as defaults.
+
+    dtype  the rows' (float32, float64, or mgg.precision.BF16: on the GPU held as uint16
+           words); a design whose kernel rounds its sums itself sets ``stores_rounded``,
+           the others ``run`` into float32 sums that ``__call__`` rounds once
     """
 
     name = "base"
     knobs: tuple[str, ...] = ()
     edge_weights_ok = True  # takes per-call edge weights
+    stores_rounded = False  # run() writes bf16 rows itself (else into float32 sums)
 
     def __init__(self, plan: PartitionPlan, comm, dim: int, dtype=np.float32):
         if int(dim) != dim or dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         self.plan, self.comm, self.dim = plan, comm, int(dim)
-        self.dtype = np.dtype(dtype)
+        self.dtype = row_dtype(dtype)
         self.buffer = None
         self.x = None
         self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
@@ -80,19 +87,26 @@ class Design:
         if weights is not None:
             if not self.edge_weights_ok:
                 raise ValueError(f"the {self.name} design takes no per-call edge weights")
-            weights = check_edge_weights(self.plan, weights, self.dim, self.xp, self.dtype)
+            weights = check_edge_weights(
+                self.plan, weights, self.dim, self.xp, accumulator(self.dtype)
+            )
         shape = (self.rows, self.dim)
+        held = self.dtype if self.xp is np else storage(self.dtype)
         if out is None:
-            out = self.xp.empty(shape, self.dtype)
-        elif out.shape != shape:
-            raise ValueError(f"out has shape {out.shape}, expected {shape}")
+            out = self.xp.empty(shape, held)
+        elif out.shape != shape or out.dtype != held:
+            raise ValueError(f"out is {out.dtype} {out.shape}, expected {held} {shape}")
+        sums = out
+        if accumulator(self.dtype) != self.dtype and not self.stores_rounded:
+            sums = self.xp.empty(shape, accumulator(self.dtype))
         if self.buffer is not None:
             self.buffer.publish()
         self.edge_weights = weights
         try:
-            self.run(op, eps, out)
+            self.run(op, eps, sums)
         finally:
             self.edge_weights = None
+        store_rows(sums, out)
         self.stats["calls"] += 1
         return out
 

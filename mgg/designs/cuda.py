@@ -1,13 +1,16 @@
 """MGG's pipelined design on GPUs, one PE per process: one kernel per call, warps
 interleave LNPs and RNPs (``dist`` partitions of each kind per warp, ``wpb`` warps per
-block), remote rows read by peer-pointer loads ('p2p') or NVSHMEM device gets ('get')."""
+block), remote rows read by peer-pointer loads ('p2p') or NVSHMEM device gets ('get').
+Rows are float32 or bfloat16 (uint16 bits on the device, summed in float32, rounded once
+by the kernel's last launch)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..kernels.cuda import DevicePlan, current_device, launch_config, row_storage, run
 from ..knobs import DEFAULTS, check_value
+from ..precision import is_bf16
 from .base import Design
 
 
@@ -22,6 +25,7 @@ class CudaPipelined(Design):
 
     name = "pipelined"
     knobs = ("dist", "wpb", "remote")
+    stores_rounded = True  # bf16: the kernel rounds its float32 sums into out itself
 
     def __init__(
         self,
@@ -34,25 +38,26 @@ class CudaPipelined(Design):
         wpb: int = DEFAULTS.wpb,
         remote: str | None = DEFAULTS.remote,
     ):
-        if np.dtype(dtype) != np.float32:
-            raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
         mode = check_value("remote", remote)
         nvshmem = comm is not None and comm.device_memory
         if not nvshmem and mode == "get":
             raise ValueError(
                 "remote 'get' reads through NVSHMEM: launch with mggrun (one PE will do)"
             )
+        self.dev_id, self.dev = current_device()
+        held = row_storage(dtype, self.dev, self.dev_id)  # before any allocation
         super().__init__(plan, comm, dim, dtype)
         import cupy
 
-        self.dev_id, self.dev = current_device()
         n = plan.num_local_nodes
+        # bf16: the float32 sums the kernel rounds into out (one per design, not per call)
+        self.acc = cupy.empty(max(n * self.dim, 1), cupy.float32) if is_bf16(self.dtype) else None
         if not nvshmem:
             if plan.num_ranks != 1:
                 raise ValueError(
                     f"the plan is for {plan.num_ranks} ranks but there is no NVSHMEM comm"
                 )
-            self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), cupy.float32)
+            self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), held)
             self.x = self._own[:n]
             self.peers = cupy.asarray(np.array([self._own.data.ptr], np.uint64))
             mode, why = "p2p", "one PE in plain device memory"
@@ -89,6 +94,7 @@ class CudaPipelined(Design):
             plan.rnp_node.size,
             self.dev,
             mode,
+            self.dtype.itemsize,
         )
 
     @property
@@ -108,9 +114,10 @@ class CudaPipelined(Design):
             self.cfg,
             self.dev_id,
             weights=self.edge_weights,
+            acc=self.acc,
         )
         self.count(self.plan.num_remote_edges)
 
     def free(self) -> None:
         super().free()
-        self._own = None
+        self._own = self.acc = None

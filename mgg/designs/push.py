@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..comm.mpi import mpi_type
 from ..kernels import cpu
+from ..precision import bits
 
 
 class Pushes:
@@ -52,7 +54,7 @@ class Pushes:
         self.send = np.empty((self.send_rows.size, dim), dtype)
         self._recv_off = _offsets(self.recv_counts)
         self._send_off = _offsets(self.send_counts)
-        self.mpi_type = self.mpi._typedict[np.dtype(dtype).char]
+        self.mpi_type = mpi_type(self.mpi, dtype)
         self.tag_ub = max(1, int(self.comm.Get_attr(self.mpi.TAG_UB) or 32767))
 
     def post_receives(self) -> list[list]:
@@ -62,7 +64,7 @@ class Pushes:
             reqs = []
             for q in np.flatnonzero(self.recv_counts[b]):
                 o, n = self._recv_off[b, q], self.recv_counts[b, q]
-                buf = self.staging[o : o + n]
+                buf = bits(self.staging[o : o + n])
                 reqs.append(self.comm.Irecv([buf, self.mpi_type], int(q), b % self.tag_ub))
             out.append(reqs)
         return out
@@ -76,7 +78,7 @@ class Pushes:
         reqs = []
         for q in np.flatnonzero(self.send_counts[s]):
             o, n = self._send_off[s, q], self.send_counts[s, q]
-            buf = self.send[o : o + n]
+            buf = bits(self.send[o : o + n])
             reqs.append(self.comm.Isend([buf, self.mpi_type], int(q), s % self.tag_ub))
         return reqs
 

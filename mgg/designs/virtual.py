@@ -17,6 +17,9 @@ PE's aggregation, one after another, and returns the whole [N, D] output.
                  remote row once, from every peer) into a staging buffer, then the kernel
                  over local memory only
   no_interleave  the ablation of Fig. 9: LNPs and RNPs in two separate launches
+
+Rows are float32 or bfloat16 (every row array, staging and managed memory included, holds
+uint16 bits; each PE sums into one float32 accumulator that its last launch rounds).
 """
 
 from __future__ import annotations
@@ -26,10 +29,11 @@ import time
 
 import numpy as np
 
-from ..kernels.cuda import DevicePlan, current_device, launch_config, run
+from ..kernels.cuda import DevicePlan, current_device, launch_config, row_storage, run
 from ..kernels.cuda.nn_ops import gather_rows
 from ..knobs import DEFAULTS
 from ..partition.plan import PartitionPlan
+from ..precision import is_bf16
 from .base import Design
 
 
@@ -41,6 +45,7 @@ class VirtualPipelined(Design):
     name = "pipelined"
     knobs = ("ps", "dist", "wpb")
     edge_weights_ok = False  # a benchmark of the paper's designs: gcn/sum/mean/gin
+    stores_rounded = True  # bf16: the kernel rounds its float32 sums into out itself
 
     def __init__(
         self,
@@ -55,8 +60,8 @@ class VirtualPipelined(Design):
     ):
         if comm is not None:
             raise ValueError("virtual PEs share one process: pass comm=None")
-        if np.dtype(dtype) != np.float32:
-            raise ValueError(f"the CUDA kernel aggregates float32 features, not {dtype}")
+        self.dev_id, self.dev = current_device()
+        self.held = row_storage(dtype, self.dev, self.dev_id)  # what row arrays hold
         import cupy
 
         self.cupy = cupy
@@ -64,7 +69,6 @@ class VirtualPipelined(Design):
         super().__init__(self.plans, None, dim, dtype)
         self.dist, self.wpb = int(dist), int(wpb)
         self.bounds = self.plans[0].bounds
-        self.dev_id, self.dev = current_device()
         t0 = time.perf_counter()
         self.prepare()
         cupy.cuda.Device().synchronize()
@@ -83,26 +87,39 @@ class VirtualPipelined(Design):
         return self.cupy
 
     def prepare(self) -> None:
-        """Allocate x (``allocate``), the per-PE device plans and launch configs."""
+        """Allocate x (``allocate``), the per-PE device plans and launch configs, and for
+        bf16 rows the float32 accumulator the PEs take in turn."""
         whole = self.allocate()
         self.x = whole[: self.rows]
         self.peers = self.peer_table(whole.data.ptr)
         self.dplans = [DevicePlan(p, self.dist) for p in self.plans]
         self.cfgs = [
             launch_config(
-                p.ps, self.dist, self.wpb, self.dim, p.lnp_node.size, p.rnp_node.size, self.dev
+                p.ps,
+                self.dist,
+                self.wpb,
+                self.dim,
+                p.lnp_node.size,
+                p.rnp_node.size,
+                self.dev,
+                itemsize=self.dtype.itemsize,
             )
             for p in self.plans
         ]
+        widest = max(p.num_local_nodes for p in self.plans) * self.dim
+        self.acc = self.cupy.empty(max(widest, 1), np.float32) if is_bf16(self.dtype) else None
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dim * self.dtype.itemsize
 
     def allocate(self):
         """The device array [max(N, 1), D] that x is the first N rows of."""
-        return self.cupy.zeros((max(self.rows, 1), self.dim), self.cupy.float32)
+        return self.cupy.zeros((max(self.rows, 1), self.dim), self.held)
 
     def peer_table(self, base: int, extra=()):
         """uint64 [P + len(extra)]: each PE's first row in the array at ``base``."""
-        row_bytes = self.dim * 4
-        ptrs = [base + int(b) * row_bytes for b in self.bounds[:-1]] + list(extra)
+        ptrs = [base + int(b) * self.row_bytes for b in self.bounds[:-1]] + list(extra)
         return self.cupy.asarray(np.array(ptrs, np.uint64))
 
     def pe_rows(self, r: int):
@@ -115,7 +132,7 @@ class VirtualPipelined(Design):
             self.count(p.num_remote_edges)
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
-        run(dp, self.pe_rows(r), self.peers, out, op, eps, cfg, self.dev_id)
+        run(dp, self.pe_rows(r), self.peers, out, op, eps, cfg, self.dev_id, acc=self.acc)
 
 
 class VirtualDirect(VirtualPipelined):
@@ -143,7 +160,7 @@ class VirtualDGCL(VirtualPipelined):
         cp = self.cupy
         self.halo = []  # per PE: (global rows of its halo [H], staging [H, D], peer table)
         for p, dp in zip(self.plans, self.dplans, strict=True):
-            staging = cp.zeros((max(1, p.num_halo), self.dim), cp.float32)
+            staging = cp.zeros((max(1, p.num_halo), self.dim), self.held)
             # remote edges read staging slots, through the pseudo-peer P
             dp.remote_pe = cp.full(p.num_remote_edges, len(self.plans), cp.int32)
             dp.remote_row = cp.asarray(p.remote_slot.astype(np.int32))
@@ -153,7 +170,7 @@ class VirtualDGCL(VirtualPipelined):
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
         src, staging, peers = self.halo[r]
         gather_rows(self.x, src, staging)  # the bulk exchange
-        run(dp, self.pe_rows(r), peers, out, op, eps, cfg, self.dev_id)
+        run(dp, self.pe_rows(r), peers, out, op, eps, cfg, self.dev_id, acc=self.acc)
 
 
 CPU_DEVICE_ID = -1  # cudaCpuDeviceId: what a range preferring the host reads back as
@@ -229,10 +246,11 @@ def place_rows(rt, base: int, row_bytes: int, bounds, r: int, device_id: int) ->
     return advise_rows(rt, base, row_bytes, ranges, device_id)
 
 
-def managed_array(cp, rows: int, dim: int):
-    """A float32 [max(rows, 1), D] array in managed memory; MemoryError if the GPU could
-    not hold it."""
-    nbytes = max(rows * dim * 4, 4)
+def managed_array(cp, rows: int, dim: int, dtype=np.float32):
+    """A [max(rows, 1), D] array of ``dtype`` (float32, or uint16: bf16 bits) in managed
+    memory; MemoryError if the GPU could not hold it."""
+    dtype = np.dtype(dtype)
+    nbytes = max(rows, 1) * dim * dtype.itemsize
     free, _ = cp.cuda.runtime.memGetInfo()
     if nbytes > 0.9 * free:
         raise MemoryError(
@@ -240,7 +258,7 @@ def managed_array(cp, rows: int, dim: int):
             f"the GPU has {free / 2**30:.1f} GiB free"
         )
     mem = cp.cuda.ManagedMemory(nbytes)
-    return cp.ndarray((max(rows, 1), dim), cp.float32, cp.cuda.MemoryPointer(mem, 0))
+    return cp.ndarray((max(rows, 1), dim), dtype, cp.cuda.MemoryPointer(mem, 0))
 
 
 def runtime_bindings():
@@ -266,14 +284,14 @@ class VirtualUVM(VirtualPipelined):
     name = "uvm"
 
     def allocate(self):
-        whole = managed_array(self.cupy, self.rows, self.dim)
+        whole = managed_array(self.cupy, self.rows, self.dim, self.held)
         self._base = whole.data.ptr
         self._rt, self.advice = runtime_bindings()  # advice: until a PE's is not verified
         return whole
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
         if self._rt is not None:
-            got = place_rows(self._rt, self._base, self.dim * 4, self.bounds, r, self.dev_id)
+            got = place_rows(self._rt, self._base, self.row_bytes, self.bounds, r, self.dev_id)
             if self.advice["verified"] and not got["verified"]:
                 self.advice = {"verified": False, "detail": f"PE {r}: {got['detail']}"}
         super().run_pe(r, dp, cfg, out, op, eps)
@@ -290,11 +308,11 @@ class VirtualUVMHBM(VirtualDirect):
     name = "uvm_hbm"
 
     def allocate(self):
-        whole = managed_array(self.cupy, self.rows, self.dim)
+        whole = managed_array(self.cupy, self.rows, self.dim, self.held)
         rt, self.advice = runtime_bindings()
         if rt is not None:
             everything = ((0, self.rows, self.dev_id),)
-            self.advice = advise_rows(rt, whole.data.ptr, self.dim * 4, everything, self.dev_id)
+            self.advice = advise_rows(rt, whole.data.ptr, self.row_bytes, everything, self.dev_id)
         return whole
 
 
@@ -305,5 +323,6 @@ class VirtualNoInterleave(VirtualPipelined):
     name = "no_interleave"
 
     def run_pe(self, r, dp, cfg, out, op, eps) -> None:
-        for parts in ("local", "remote"):
-            run(dp, self.pe_rows(r), self.peers, out, op, eps, cfg, self.dev_id, parts=parts)
+        for parts in ("local", "remote"):  # bf16: one accumulator through both launches
+            rows = self.pe_rows(r)
+            run(dp, rows, self.peers, out, op, eps, cfg, self.dev_id, parts=parts, acc=self.acc)

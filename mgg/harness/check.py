@@ -16,15 +16,24 @@ from ..kernels import OPS, reference
 from ..knobs import DEFAULTS, Knobs
 from ..partition import PartitionPlan, build_plan
 from ..partition.shards import ShardedDataset
+from ..precision import accumulator, from_storage, is_bf16, row_dtype
 from .timing import time_round_robin
 
 TOLERANCE = 1e-5  # max |got - scipy| / max(1, max |scipy|)
+# bf16 rows: one rounding of the output (2^-8 of its magnitude) beyond float32's
+TOLERANCE_BF16 = 2.0**-8 + TOLERANCE
 EPS = 0.1  # GIN's eps in checks
 
 
-def gather_rows(comm, out) -> np.ndarray | None:
-    """This job's whole [N, D] output on rank 0 (None elsewhere); collective."""
-    got = comm.gather(to_host(out), root=0)
+def tolerance(dtype) -> float:
+    """The largest relative_error a correct design of rows of ``dtype`` may show."""
+    return TOLERANCE_BF16 if is_bf16(dtype) else TOLERANCE
+
+
+def gather_rows(comm, out, dtype=np.float32) -> np.ndarray | None:
+    """This job's whole [N, D] output (rows of ``dtype``) on rank 0 as the float type
+    they sum in (bf16 widens exactly to float32), None elsewhere; collective."""
+    got = comm.gather(from_storage(to_host(out), dtype).astype(accumulator(dtype)), root=0)
     return np.concatenate(got) if comm.rank == 0 else None
 
 
@@ -36,22 +45,24 @@ def verify_and_time(
     backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=DEFAULTS
 ) -> tuple[list[dict], dict]:
     """Set up the designs ``names`` of ``backend`` on this rank's ``plan`` (each with the
-    ``knobs`` it takes), write x [n, D] and call each once, gather every output on rank 0
-    (compared with ref [N, D] there), then time them round-robin. Collective.
+    ``knobs`` it takes; rows of ``knobs.dtype``), write x [n, D] and call each once,
+    gather every output on rank 0 (compared with ref [N, D] there), then time them
+    round-robin. Collective.
 
     returns (runs: one dict per design, outputs: {name: [N, D]} on rank 0, {} elsewhere)
     """
     backend = get_backend(backend)
+    dtype = row_dtype(knobs.dtype)
     designs = {}
     try:
         for name in names:
             cls = backend.design(name)
-            designs[name] = cls(plan, comm, x.shape[1], **knobs.options(cls.knobs))
+            designs[name] = cls(plan, comm, x.shape[1], dtype, **knobs.options(cls.knobs))
         outs, outputs, errors = {}, {}, {}
         for name, d in designs.items():
             assign(d.x, x)
             outs[name] = d(op, eps=EPS)
-            whole = gather_rows(comm, outs[name])
+            whole = gather_rows(comm, outs[name], dtype)
             if comm.rank == 0:
                 outputs[name] = whole
                 errors[name] = relative_error(whole, ref) if ref is not None else None
@@ -70,7 +81,7 @@ def verify_and_time(
                 {
                     "design": name,
                     "op": op,
-                    "ok": err is not None and err < TOLERANCE,
+                    "ok": err is not None and err < tolerance(dtype),
                     "seconds": float(np.median(times[name])),
                     "max_rel_error": err,
                     "remote_bytes": float(total[0]),
@@ -102,7 +113,8 @@ def check(
     """``mgg check``: every design ``names`` (default all) of ``backend`` on every op,
     each with the ``knobs`` it takes (its window: the knob's, or the design's default;
     ``every_window``: each design on every window it takes that this job can use), each
-    verified against scipy on rank 0 and timed. Features are random_features(seed).
+    verified against scipy on rank 0 and timed. Features are random_features(seed), in
+    ``knobs.dtype`` (bf16: scipy sums the rounded features, in float64).
 
     returns {"graph", "np", "dim", "ps", "dist", "backend", "designs": {name: {ok,
     seconds, window}} (best window), "runs": [...]}; with ``outputs`` (a folder), rank 0
@@ -138,6 +150,7 @@ def check(
         "ps": ps,
         "dist": knobs.dist,
         "split": knobs.split,
+        "dtype": knobs.dtype,
         "backend": backend.name,
         "designs": {},
         "runs": [],
@@ -150,10 +163,12 @@ def check(
         else:
             g = gcn_graph if op == "gcn" else g0
             plan = build_plan(g, comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False)
-        x = random_features(seed, plan.lb, plan.ub, dim)
+        dtype = row_dtype(knobs.dtype)
+        x = random_features(seed, plan.lb, plan.ub, dim).astype(dtype)
         ref = None
         if comm.rank == 0:
-            ref = reference.aggregate(g, random_features(seed, 0, g.num_nodes, dim), op, eps=EPS)
+            x0 = random_features(seed, 0, g.num_nodes, dim).astype(dtype)
+            ref = reference.aggregate(g, x0.astype(np.float64), op, eps=EPS)
         for window in windows:
             these = knobs if backend.gpu else replace(knobs, window=window)
             takes = names

@@ -15,6 +15,7 @@ from ..graph.dataset import Dataset, random_features
 from ..knobs import DEFAULTS, TUNABLE, Knobs
 from ..partition import build_plan
 from ..partition.shards import ShardedDataset
+from ..precision import row_dtype
 from ..tuner import Protocol, Workload, drive
 from ..tuner.search import confirm_medians, exhaustive
 from .check import sharded_plan
@@ -67,12 +68,13 @@ def tune(
         base = build_plan(
             g, comm.size, knobs.ps, rank=comm.rank, split=knobs.split, transposed=False
         )
-    x = random_features(seed, base.lb, base.ub, dim)
+    dtype = row_dtype(knobs.dtype)
+    x = random_features(seed, base.lb, base.ub, dim).astype(dtype)
     dev = backend.device()
 
     def build(cfg):
         these = replace(knobs, **{k: v for k, v in cfg.items() if k != "threads"})
-        return cls(base.with_ps(cfg["ps"]), comm, dim, **these.options(cls.knobs))
+        return cls(base.with_ps(cfg["ps"]), comm, dim, dtype, **these.options(cls.knobs))
 
     def warm(agg):
         assign(agg.x, x)
@@ -107,6 +109,7 @@ def tune(
         "np": comm.size,
         "dim": dim,
         "op": op,
+        "dtype": knobs.dtype,
         "backend": backend.name,
         "protocol": asdict(protocol),
         "window": window,

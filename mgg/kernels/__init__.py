@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..partition.plan import PartitionPlan
+from ..precision import accumulator
 from . import cpu
+from .bf16 import store_rows
 from .cpu import OPS
 from .reference import check_edge_weights, check_op
 
@@ -25,7 +27,8 @@ def aggregate(
 ):
     """One rank's aggregation over its local and remote neighbor partitions.
 
-    x     [n_local, D]  this rank's rows (rows lb..ub-1 of the layer input; extra rows of a
+    x     [n_local, D]  this rank's rows (float32, float64, or bf16: summed in float32 and
+                        rounded once) (rows lb..ub-1 of the layer input; extra rows of a
                         symmetric allocation are ignored)
     halo  [H, D]        the remote rows in halo order (plan.halo_pe/halo_row), filled by
                         the caller; may be None when the plan has no remote edges
@@ -44,7 +47,7 @@ def aggregate(
         )
     d = x.shape[1]
     if weights is not None and backend == "cpu":
-        weights = check_edge_weights(plan, weights, d, dtype=x.dtype)
+        weights = check_edge_weights(plan, weights, d, dtype=accumulator(x.dtype))
     if plan.num_remote_edges:
         if halo is None:
             raise ValueError(
@@ -59,20 +62,22 @@ def aggregate(
         return aggregate_halo(plan, x, halo, op, eps, out=out, weights=weights)
     if out is None:
         out = np.empty((n, d), x.dtype)
-    elif out.shape != (n, d):
-        raise ValueError(f"out has shape {out.shape}, expected ({n}, {d})")
-    cpu.init_out(op, x, out, eps)
+    elif out.shape != (n, d) or out.dtype != x.dtype:
+        raise ValueError(f"out is {out.dtype} {out.shape}, expected {x.dtype} ({n}, {d})")
+    sums = out if accumulator(x.dtype) == x.dtype else np.empty((n, d), accumulator(x.dtype))
+    cpu.init_out(op, x, sums, eps)
     w = plan.local_weights if op == "gcn" else None if weights is None else weights[0]
     cpu.accumulate(
-        plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, out
+        plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, sums
     )
     if plan.num_remote_edges:
         w = plan.remote_weights if op == "gcn" else None if weights is None else weights[1]
         cpu.accumulate(
-            plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, out
+            plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, sums
         )
     if op == "mean":
-        cpu.finalize(op, plan.in_degrees(), out)
+        cpu.finalize(op, plan.in_degrees(), sums)
+    store_rows(sums, out)
     return out
 
 

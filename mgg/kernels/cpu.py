@@ -14,15 +14,30 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
+from ..precision import accumulator, bits
+from .bf16 import load
+
 OPS = ("sum", "mean", "gcn", "gin")
 
 
 def init_out(op: str, x: np.ndarray, out: np.ndarray, eps: float = 0.0) -> None:
-    """out [n, D] <- 0, or (1+eps)·x[:n] for GIN."""
+    """out [n, D] (the sums: float32 for bf16 rows x) <- 0, or (1+eps)·x[:n] for GIN."""
+    _check_sums(x, out)
     if op == "gin":
-        _scale_rows(x, out, out.dtype.type(1.0 + eps))
+        n = out.shape[0]
+        _scale_rows(
+            bits(np.ascontiguousarray(x[:n])).ravel(), out.ravel(), out.dtype.type(1.0 + eps)
+        )
     else:
         _zero(out)
+
+
+def _check_sums(src, out) -> None:
+    """ValueError unless ``out`` is what rows of src's dtype are summed in."""
+    if out.dtype != accumulator(src.dtype):
+        raise ValueError(
+            f"{src.dtype} rows are summed in {accumulator(src.dtype)}, not {out.dtype}"
+        )
 
 
 def finalize(op: str, in_degrees: np.ndarray, out: np.ndarray) -> None:
@@ -38,7 +53,8 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     indices  int [E]    rows of ``src`` (local rows, or halo slots)
     weights  float32 [E], or [E, H] per head (D = H·C: column j takes w[e, j // C]),
              or None
-    src      [R, D] rows read;  out [n, D] rows written (both C-contiguous)
+    src      [R, D] rows read (float32, float64, or bf16: widened on load)
+    out      [n, D] the sums (float32 for bf16 rows; both C-contiguous)
     Partitions are spread over threads in edge-balanced chunks (a static schedule: a
     dynamic one measured the same, and setting it inside compiled code defeats numba's
     cache); a node whose partitions straddle two chunks gets its tail through a
@@ -48,6 +64,8 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
         return
     if not (out.flags.c_contiguous and src.flags.c_contiguous):
         raise ValueError("accumulate needs C-contiguous src and out arrays")
+    _check_sums(src, out)
+    src = bits(src)
     nchunks = min(numba.get_num_threads() * 32, k1 - k0)
     if weights is None:
         _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out)
@@ -160,12 +178,14 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
                 b2 = np.uint64(indices[e + 2]) * d
                 b3 = np.uint64(indices[e + 3]) * d
                 for j in range(d):
-                    dst[base + j] += (sf[b0 + j] + sf[b1 + j]) + (sf[b2 + j] + sf[b3 + j])
+                    dst[base + j] += (load(sf, b0 + j) + load(sf, b1 + j)) + (
+                        load(sf, b2 + j) + load(sf, b3 + j)
+                    )
                 e += 4
             while e < e1:
                 b0 = np.uint64(indices[e]) * d
                 for j in range(d):
-                    dst[base + j] += sf[b0 + j]
+                    dst[base + j] += load(sf, b0 + j)
                 e += 1
 
 
@@ -194,15 +214,15 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
                 b3 = np.uint64(indices[e + 3]) * d
                 w0, w1, w2, w3 = weights[e], weights[e + 1], weights[e + 2], weights[e + 3]
                 for j in range(d):
-                    dst[base + j] += (w0 * sf[b0 + j] + w1 * sf[b1 + j]) + (
-                        w2 * sf[b2 + j] + w3 * sf[b3 + j]
+                    dst[base + j] += (w0 * load(sf, b0 + j) + w1 * load(sf, b1 + j)) + (
+                        w2 * load(sf, b2 + j) + w3 * load(sf, b3 + j)
                     )
                 e += 4
             while e < e1:
                 b0 = np.uint64(indices[e]) * d
                 w0 = weights[e]
                 for j in range(d):
-                    dst[base + j] += w0 * sf[b0 + j]
+                    dst[base + j] += w0 * load(sf, b0 + j)
                 e += 1
 
 
@@ -233,7 +253,7 @@ def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, car
                 for h in range(nh):
                     x0, x1 = wf[w0 + h], wf[w1 + h]
                     for j in range(h * c, h * c + c):
-                        dst[base + j] += x0 * sf[b0 + j] + x1 * sf[b1 + j]
+                        dst[base + j] += x0 * load(sf, b0 + j) + x1 * load(sf, b1 + j)
                 e += 2
             while e < e1:
                 b0 = np.uint64(indices[e]) * d
@@ -241,7 +261,7 @@ def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, car
                 for h in range(nh):
                     x0 = wf[w0 + h]
                     for j in range(h * c, h * c + c):
-                        dst[base + j] += x0 * sf[b0 + j]
+                        dst[base + j] += x0 * load(sf, b0 + j)
                 e += 1
 
 
@@ -264,9 +284,8 @@ def _zero(out):
 
 @numba.njit(cache=True, parallel=True)
 def _scale_rows(x, out, s):
-    for i in numba.prange(out.shape[0]):
-        for j in range(out.shape[1]):
-            out[i, j] = s * x[i, j]
+    for i in numba.prange(out.size):
+        out[i] = s * load(x, i)
 
 
 @numba.njit(cache=True, parallel=True)
@@ -282,7 +301,7 @@ def gather_rows(x: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """out[i] = x[rows[i]]: x [n, D], rows int [m], out [m, D] (C-contiguous), packing the
     rows peers need into one send buffer."""
     if rows.size and x.shape[1]:
-        _gather_rows(x, rows, out)
+        _gather_rows(bits(x), rows, bits(out))
 
 
 @numba.njit(cache=True, parallel=True)

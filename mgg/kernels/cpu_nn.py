@@ -10,6 +10,8 @@ import numba
 import numpy as np
 
 from ..hashing import GOLDEN, mix64
+from ..precision import accumulator, bits
+from .bf16 import load, put
 
 
 def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
@@ -17,7 +19,8 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     (key, lb + i, j) is at least ``threshold`` (a uint32)."""
     x = np.ascontiguousarray(x)
     out = np.empty_like(x)
-    _dropout_dense(x, out, key, lb, threshold, x.dtype.type(scale))
+    scale = accumulator(x.dtype).type(scale)  # bf16: multiplied in float32, rounded once
+    _dropout_dense(bits(x), bits(out), key, lb, threshold, scale)
     return out
 
 
@@ -40,11 +43,14 @@ def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32
 def sddmm(indptr, indices, a, b, heads: int):
     """[E, heads]: out[e, h] = <a[v, h·C:(h+1)·C], b[indices[e], h·C:(h+1)·C]> for the
     edges e of row v of the CSR (indptr int64 [n+1], indices int [E]); a [n, H·C],
-    b [R, H·C] of one float dtype, which the output takes."""
-    out = np.empty((indices.size, heads), a.dtype)
+    b [R, H·C] of one float dtype; the output is what it sums in (float32 for bf16)."""
+    if a.dtype != b.dtype:
+        raise ValueError(f"sddmm takes a and b of one dtype, got {a.dtype} and {b.dtype}")
+    out = np.empty((indices.size, heads), accumulator(a.dtype))
     if a.shape[1] % heads:
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
-    _sddmm(indptr, indices, np.ascontiguousarray(a), np.ascontiguousarray(b), heads, out)
+    a, b = (bits(np.ascontiguousarray(m)) for m in (a, b))
+    _sddmm(indptr, indices, a, b, a.shape[1], heads, out)
     return out
 
 
@@ -183,7 +189,7 @@ def _dropout_dense(x, out, key, lb, threshold, scale):
         z = _counter(key, lb + i, 0, d)
         for j in range(dd):
             keep = _kept(z, threshold)
-            of[base + j] = xf[base + j] * (scale if keep else zero)
+            put(of, base + j, load(xf, base + j) * (scale if keep else zero))
             z += GOLDEN
 
 
@@ -203,13 +209,14 @@ def _edge_dropout(dst, src, heads, num_nodes, key, threshold, scale, out):
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _sddmm(indptr, indices, a, b, heads, out):
-    c = a.shape[1] // heads
+def _sddmm(indptr, indices, a, b, d, heads, out):
+    c = d // heads
+    af, bf = a.ravel(), b.ravel()
     for v in numba.prange(indptr.size - 1):
         for e in range(indptr[v], indptr[v + 1]):
             u = indices[e]
             for h in range(heads):
                 acc = 0.0
                 for j in range(h * c, h * c + c):
-                    acc += a[v, j] * b[u, j]
+                    acc += load(af, v * d + j) * load(bf, u * d + j)
                 out[e, h] = acc

@@ -37,7 +37,7 @@ def aggregate(
         deg = graph.in_degrees()[rows]
         out[deg > 0] /= deg[deg > 0, None]
     elif op == "gin":
-        out += (1.0 + eps) * x[rows]
+        out += (1.0 + eps) * xd[rows]
     return out
 
 

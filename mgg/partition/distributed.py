@@ -34,6 +34,7 @@ from ..graph.core import (
 from ..graph.dataset import check_train_selects
 from ..graph.formats.slices import EdgeSlice, read_edge_slice, read_node_rows, source_checksum
 from ..knobs import DEFAULTS, Knobs, check_value
+from ..precision import as_rows
 from ..progress import progress
 from .node_split import node_split, owner_of
 from .plan import PartitionPlan, _rank_plan, plan_stats
@@ -280,8 +281,9 @@ def partition_file(
     """The sharding protocol of ``mggrun -np P mgg partition FILE --distributed``,
     collective: every rank reads its slice of ``path`` (an edge list, MGG binary CSR or
     .npz), the ranks build their plans of ``job_graph(graph, kind)`` together (cut with
-    ``knobs.ps`` and ``knobs.split``), each reads its node rows, and with ``out`` each
-    writes its shard and rank 0 commits the sharded dataset.
+    ``knobs.ps`` and ``knobs.split``), each reads its node rows (dense features in
+    ``knobs.dtype``), and with ``out`` each writes its shard and rank 0 commits the
+    sharded dataset.
 
     returns (the partition's facts: plan_stats plus graph, kind, load/plan/write seconds
     and out; every rank's plan stats), the same on every rank
@@ -305,6 +307,7 @@ def partition_file(
         bar.set_postfix_str("node data")
         stats = comm.allgather(plan.stats())
         rows = read_node_rows(path, plan.lb, plan.ub, seed)
+        rows = rows._replace(x=as_rows(rows.x, knobs.dtype, f"{path}'s features"))
         if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
             check_train_selects(path, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
         facts = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 from ..atomic import Lock, LockedError, hold, sweep, temp_path
 from ..graph.core import GRAPH_KINDS, GraphError
 from ..graph.dataset import MASKS, NodeRows
+from ..precision import BF16, bits
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays
 
@@ -181,8 +182,8 @@ def write_shard(target: Target, plan: PartitionPlan, rows: NodeRows) -> dict:
                 "x.data": x.data.astype(np.float32),
             }
         )
-    elif x is not None:
-        arrays["x"] = np.ascontiguousarray(x, np.float32)
+    elif x is not None:  # bf16 features as their 16-bit words (node_info says which)
+        arrays["x"] = bits(np.ascontiguousarray(x, BF16 if x.dtype == BF16 else np.float32))
     if rows.y is not None:
         arrays["y"] = np.asarray(rows.y)
     if rows.masks is not None:
@@ -290,6 +291,7 @@ def node_info(rows: NodeRows) -> dict:
         "name": rows.name,
         "features": None if x is None else ("sparse" if sp.issparse(x) else "dense"),
         "num_features": None if x is None else int(x.shape[1]),
+        "feature_dtype": None if x is None else "bfloat16" if x.dtype == BF16 else "float32",
         "num_classes": None if rows.num_classes is None else int(rows.num_classes),
         "labels": rows.y is not None,
         "notes": rows.notes,
@@ -474,6 +476,8 @@ class ShardedDataset:
         if plan.local_indptr.size != n + 1 or plan.remote_indptr.size != n + 1:
             raise ShardError(f"{d}: the plan's rows do not match the node range of rank {rank}")
         x = arrays.get("x")
+        if x is not None and m.get("feature_dtype") == "bfloat16":
+            x = x.view(BF16)
         if "x.indptr" in arrays:
             x = sp.csr_matrix(
                 (arrays["x.data"], arrays["x.indices"], arrays["x.indptr"]),

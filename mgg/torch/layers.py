@@ -33,6 +33,7 @@ from .ops import (
     check_graph,
     check_rows,
     edge_dropout,
+    like,
 )
 from .ops import linear as _linear
 
@@ -95,7 +96,7 @@ class GCNConv(nn.Module):
             y = aggregate(_linear(x, self.lin.weight), g, "gcn")
         else:
             y = _linear(aggregate(x, g, "gcn"), self.lin.weight)
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + like(self.bias, y)
 
 
 class SAGEConv(nn.Module):
@@ -131,18 +132,19 @@ class SAGEConv(nn.Module):
         w, b = self.lin_l.weight, self.lin_l.bias
         if _narrower(x, self.out_channels, pyg=False):
             y = aggregate(_linear(x, w), g, self.aggr)
-            y = y if b is None else y + b
+            y = y if b is None else y + like(b, y)
         else:
             y = _linear(aggregate(x, g, self.aggr), w, b)
         if self.lin_r is not None:
-            y = y + _linear(x, self.lin_r.weight)
+            y = y + _linear(x, self.lin_r.weight).to(y.dtype)
         return y
 
 
 class BatchNorm(nn.Module):
     """Batch normalization over every rank's rows: y = (x - μ) / sqrt(σ² + eps) · γ + β,
     with μ, σ² reduced across ranks, so P ranks compute what one process does.
-    x [n, C] -> [n, C]; the parameters and buffers of torch.nn.BatchNorm1d."""
+    x [n, C] -> [n, C] (x's dtype; the statistics in float32 for bf16 x); the parameters
+    and buffers of torch.nn.BatchNorm1d."""
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()
@@ -155,6 +157,7 @@ class BatchNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, g) -> torch.Tensor:
         check_graph(g, "BatchNorm")
+        rows, x = x, x.float() if x.dtype == torch.bfloat16 else x
         if not self.training:
             mean, var = self.running_mean, self.running_var
         else:
@@ -169,7 +172,8 @@ class BatchNorm(nn.Module):
                 self.running_mean.mul_(1 - m).add_(m * mean)
                 self.running_var.mul_(1 - m).add_(m * var * count / (count - 1))
                 self.num_batches_tracked += 1
-        return (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        return y.to(rows.dtype)
 
 
 class MLP(nn.Module):
@@ -243,7 +247,7 @@ class GINConv(nn.Module):
             raise ValueError("GINConv on sparse features needs an nn starting with a Linear")
         h = aggregate(x, g, "gin", eps=self.eps)  # (1 + eps) x + sum, in one kernel
         if narrow and first.bias is not None:
-            h = h + first.bias
+            h = h + like(first.bias, h)
         if isinstance(self.nn, MLP):
             return self.nn(h, g, first_done=narrow)
         if narrow:
@@ -308,13 +312,15 @@ class GATConv(nn.Module):
         n, nh, c = x.shape[0], self.heads, self.out_channels
         h = _linear(x, self.lin.weight)  # [n, H·C]
         hv = h.view(n, nh, c)
+        if hv.dtype == torch.bfloat16:  # the scores and their softmax in float32
+            hv = hv.float()
         a_src, a_dst = (hv * self.att_src).sum(-1), (hv * self.att_dst).sum(-1)  # [n, H]
         alpha = attention(a_src, a_dst, g, self.negative_slope)  # [E, H], one kernel
         alpha = edge_dropout(alpha, g, self.dropout, self.training)
         y = aggregate(h, g, weights=alpha)
         if not self.concat:
             y = y.view(n, nh, c).mean(1)
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + like(self.bias, y)
 
 
 __all__ = [

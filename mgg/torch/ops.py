@@ -16,23 +16,34 @@ import torch
 from ..arrays import array_module, held, is_sparse, on_gpu, to_host
 from ..distgraph import DistGraph
 from ..errors import InputError
+from ..precision import BF16, accumulator, is_bf16, torch_dtype
 
 # ---- tensors <-> arrays ------------------------------------------------------------------
 
 
 def as_array(t: torch.Tensor):
-    """A numpy (CPU) or cupy (GPU) view of a tensor's data (made contiguous first)."""
+    """A numpy (CPU) or cupy (GPU) view of a tensor's data (made contiguous first); a
+    bfloat16 tensor's is a BF16 numpy array, or the uint16 words on the GPU (cupy has
+    no bf16: mgg.precision)."""
     t = t.detach().contiguous()
     if t.is_cuda:
         return _cupy_view(t)
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(BF16)
     return t.numpy()
 
 
 def as_tensor(a) -> torch.Tensor:
-    """A tensor sharing a numpy or cupy array's memory."""
+    """A tensor sharing a numpy or cupy array's memory (BF16 arrays, and cupy's uint16
+    words, as bfloat16)."""
     if on_gpu(a):
+        if a.dtype == np.uint16:  # bf16 words: mgg holds no other uint16 rows
+            return torch.from_dlpack(a.view(np.int16)).view(torch.bfloat16)
         return torch.from_dlpack(a)
-    return torch.from_numpy(np.ascontiguousarray(a))
+    a = np.ascontiguousarray(a)
+    if a.dtype == BF16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _cupy_view(t: torch.Tensor):
@@ -42,6 +53,8 @@ def _cupy_view(t: torch.Tensor):
     any other torch stream the exchange goes through DLPack, which orders the streams."""
     import cupy
 
+    if t.dtype == torch.bfloat16:
+        return _cupy_view(t.view(torch.int16)).view(np.uint16)
     if t.numel() == 0 or torch.cuda.current_stream(t.device).cuda_stream != 0:
         return cupy.from_dlpack(t)
     dtype = _numpy_dtype(t.dtype)
@@ -87,11 +100,19 @@ class _SparseLinear(torch.autograd.Function):
 
 
 def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x Wᵀ + b.  x [n, in] dense tensor or SparseRows; W [out, in]; b [out]."""
+    """y = x Wᵀ + b.  x [n, in] dense tensor or SparseRows; W [out, in]; b [out].
+    y has x's dtype: bfloat16 rows multiply a bf16 copy of the (float32, master) weights,
+    summed in float32 by the backend's GEMM; sparse features give float32."""
     if isinstance(x, SparseRows):
         y = _SparseLinear.apply(weight, x)
         return y if bias is None else y + bias
-    return torch.nn.functional.linear(x, weight, bias)
+    return torch.nn.functional.linear(x, like(weight, x), None if bias is None else like(bias, x))
+
+
+def like(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Parameter p in the dtype of rows x when x is bfloat16 (a differentiable cast: the
+    gradient reaches the float32 master p), else p itself."""
+    return p.to(x.dtype) if x.dtype == torch.bfloat16 and p.dtype != x.dtype else p
 
 
 # ---- aggregation -------------------------------------------------------------------------
@@ -124,12 +145,14 @@ class _Aggregate(torch.autograd.Function):
         x, wl, wr, eps = ctx.saved_tensors
         dy = as_array(dout)
         dx = dwl = dwr = deps = None
+        acc = accumulator(g.dtype)
         if ctx.needs_input_grad[3]:  # gin: out = (1 + eps) x + sum_u x_u
-            deps = (x * dout).sum().reshape(1)
+            wide = torch_dtype(acc)
+            deps = (x.to(wide) * dout.to(wide)).sum().reshape(1)
         if ctx.needs_input_grad[0]:
             if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
-                dy_t = dy * _inverse_in_degrees(g, dy.dtype)[:, None]
-                dx = g.aggregate(dy_t, "sum", transpose=True)
+                inv = as_tensor(_inverse_in_degrees(g, acc))[:, None]
+                dx = g.aggregate(as_array((dout * inv).to(dout.dtype)), "sum", transpose=True)
             elif ctx.weighted:
                 wt = g.edge_transpose(as_array(wl), as_array(wr))
                 dx = g.aggregate(dy, "sum", transpose=True, weights=wt)
@@ -182,13 +205,17 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
     weights  per-edge weights for a weighted sum: a tensor [E] or [E, H] (H heads of D/H
              columns each) over the edges in ``edge_index(g)`` order, local then remote
     Differentiable in x, eps and the weights; the backward runs over the transposed plan.
-    x and the weights must have the DistGraph's dtype (``g.dtype``: float32 by default;
-    the cpu backend also aggregates float64, with ``DistGraph.build(..., dtype=np.float64)``),
-    which the kernels compute in: anything else is refused, never cast.
+    x must have the DistGraph's dtype (``g.dtype``: float32 by default; the cpu backend
+    also aggregates float64, with ``DistGraph.build(..., dtype=np.float64)``), and the
+    weights its accumulator's. In a bfloat16 job (``dtype="bfloat16"``) float32 rows are
+    rounded to bf16 on entry (as torch.autocast casts a matmul's input), the output is
+    bf16, and the weights are float32; any other dtype is refused, never cast.
     """
     if op not in OPS:
         raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     check_rows(x, g, "aggregate")
+    if is_bf16(g.dtype) and isinstance(x, torch.Tensor) and x.dtype == torch.float32:
+        x = x.to(torch.bfloat16)
     _check_tensor(x, g, "x", "[n, D]", (2,))
     if (op == "gin") != (eps is not None):
         raise ValueError("eps goes with op 'gin', and only with it")
@@ -198,7 +225,9 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
         return _Aggregate.apply(x, None, None, eps, g, op)
     if op != "sum":
         raise ValueError(f"edge weights make a weighted sum, not {op!r}")
-    _check_tensor(weights, g, "weights", "[E] or [E, H]", (1, 2))
+    if is_bf16(g.dtype) and isinstance(weights, torch.Tensor) and weights.is_floating_point():
+        weights = weights.float()  # bf16 rows take float32 weights
+    _check_tensor(weights, g, "weights", "[E] or [E, H]", (1, 2), accumulator(g.dtype))
     el = g.plan.num_local_edges
     if weights.shape[0] != el + g.plan.num_remote_edges:
         raise ValueError(
@@ -218,15 +247,10 @@ def check_graph(g, what: str) -> None:
         )
 
 
-@functools.cache
-def _torch_dtype(dtype: np.dtype) -> torch.dtype:
-    return torch.from_numpy(np.empty(0, dtype)).dtype
-
-
-def _check_tensor(t, g, name: str, shape: str, ndims: tuple) -> None:
-    """InputError unless ``t`` is a tensor ``shape`` (of ``ndims`` dimensions) in the
-    job's dtype."""
-    want = _torch_dtype(np.dtype(g.dtype))
+def _check_tensor(t, g, name: str, shape: str, ndims: tuple, dtype=None) -> None:
+    """InputError unless ``t`` is a tensor ``shape`` (of ``ndims`` dimensions) in
+    ``dtype`` (default the job's)."""
+    want = torch_dtype(g.dtype if dtype is None else dtype)
     if not isinstance(t, torch.Tensor) or t.ndim not in ndims:
         got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
         raise InputError(f"aggregate: {name} must be a {want} tensor {shape}, got {got}")
@@ -234,7 +258,7 @@ def _check_tensor(t, g, name: str, shape: str, ndims: tuple) -> None:
         raise InputError(
             f"aggregate: {name} is {t.dtype} but this job aggregates {want} (the DistGraph's "
             f"dtype): pass {name}.to({want}), or build the DistGraph with that dtype "
-            "(the cpu backend takes float32 and float64, the cuda backend float32)"
+            "(float32 or bfloat16; the cpu backend also float64)"
         )
 
 
@@ -359,7 +383,7 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     if not training or p == 0:
         return x
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
-    key, threshold, scale = _mask_args(p, g, dtype)
+    key, threshold, scale = _mask_args(p, g, accumulator(dtype))
     if isinstance(x, SparseRows):
         return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale))
     return _Dropout.apply(x, g, key, threshold, scale)

@@ -2,8 +2,11 @@
 model it launches by (occupancy.py).
 
 cupy is imported lazily: this module imports (and its host-side logic runs) without a
-GPU. Compiled modules are cached per (device, weighted, remote mode, width class): a
-model's few widths (input, hidden, classes) make a few compiles.
+GPU. Compiled modules are cached per (device, weighted, remote mode, width class, row
+dtype): a model's few widths (input, hidden, classes) make a few compiles.
+
+Rows are float32, or bfloat16 held as their bits in uint16 arrays (cupy has no bf16;
+mgg.precision.storage): the launchers pick the variant from the array's dtype.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import InputError
 from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
+from ...precision import BF16, bits, row_dtype, storage
 from ..reference import check_edge_weights
-from .occupancy import WARP, Device, Workload, estimate, live_gpu, width_class
+from .occupancy import FLOAT_BYTES, WARP, Device, Workload, estimate, live_gpu, width_class
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
 
@@ -38,14 +43,18 @@ def nvshmem_home() -> str | None:
 GENERIC = (1, 0)  # the width class of the kernel that takes any D: scalar lanes, slabs
 
 
-def compile_options(weighted: bool, mode: str, cls: tuple[int, int] = GENERIC) -> tuple[str, ...]:
-    """nvcc/NVRTC options for one kernel variant; cls: its (vec, W) as width_class gives."""
+def compile_options(
+    weighted: bool, mode: str, cls: tuple[int, int] = GENERIC, bf16: bool = False
+) -> tuple[str, ...]:
+    """nvcc/NVRTC options for one kernel variant; cls: its (vec, W) as width_class gives
+    (for the rows' element size); bf16: bfloat16 rows (compute capability 8.0 and up)."""
     if mode not in REMOTES:
         raise ValueError(f"remote mode must be one of {', '.join(REMOTES)}, got {mode!r}")
     opts = (
         "-std=c++17",
         f"-DMGG_WEIGHTED={int(weighted)}",
         f"-DMGG_REMOTE_GET={int(mode == 'get')}",
+        f"-DMGG_BF16={int(bf16)}",
         f"-DMGG_VEC={cls[0]}",
         f"-DMGG_WIDTH={cls[1]}",
     )
@@ -60,10 +69,16 @@ def compile_options(weighted: bool, mode: str, cls: tuple[int, int] = GENERIC) -
     return opts
 
 
-def load_module(device_id: int, weighted: bool, mode: str, cls: tuple[int, int] = GENERIC):
+def load_module(
+    device_id: int,
+    weighted: bool,
+    mode: str,
+    cls: tuple[int, int] = GENERIC,
+    bf16: bool = False,
+):
     """The compiled RawModule for this device and variant (compiled once per process); a
     get-mode module is registered with NVSHMEM, which must be initialized by then."""
-    mod = _compiled(device_id, weighted, mode, cls)
+    mod = _compiled(device_id, weighted, mode, cls, bool(bf16))
     if mode == "get":
         from ...comm.nvshmem import register_module
 
@@ -72,14 +87,14 @@ def load_module(device_id: int, weighted: bool, mode: str, cls: tuple[int, int] 
 
 
 @functools.cache
-def _compiled(device_id: int, weighted: bool, mode: str, cls: tuple[int, int]):
+def _compiled(device_id: int, weighted: bool, mode: str, cls: tuple[int, int], bf16: bool):
     import cupy
 
     backend = "nvcc" if mode == "get" else "nvrtc"  # the get mode links libnvshmem_device
     with cupy.cuda.Device(device_id):
         mod = cupy.RawModule(
             code=SOURCE.read_text(),
-            options=compile_options(weighted, mode, cls),
+            options=compile_options(weighted, mode, cls, bf16),
             backend=backend,
         )
         mod.get_function("mgg_aggregate")  # compile now
@@ -88,7 +103,8 @@ def _compiled(device_id: int, weighted: bool, mode: str, cls: tuple[int, int]):
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """Grid, block and dynamic shared memory of one launch, from (ps, dist, wpb, D)."""
+    """Grid, block and dynamic shared memory of one launch, from (ps, dist, wpb, D) and
+    the rows' element size (itemsize: 4 float32, 2 bfloat16)."""
 
     ps: int
     dist: int
@@ -99,6 +115,7 @@ class LaunchConfig:
     blocks: int
     threads: int
     smem: int
+    itemsize: int = FLOAT_BYTES
 
 
 def launch_config(
@@ -110,11 +127,12 @@ def launch_config(
     n_rnp: int,
     device: Device,
     mode: str = "p2p",
+    itemsize: int = FLOAT_BYTES,
 ) -> LaunchConfig:
     """§3.4's host code: numWarps = max(#LNP, #RNP)/dist, grid = numWarps/wpb blocks of
     wpb warps, shared memory as the kernel lays it out. Rejects what the device cannot
     run, naming the limit, with the tuner's own model (one formula for both)."""
-    work = Workload(n_lnp * ps, n_rnp * ps, 0, dim, 0)
+    work = Workload(n_lnp * ps, n_rnp * ps, 0, dim, 0, itemsize)
     est = estimate(ps, dist, wpb, work, device, mode)
     if not est.feasible:
         raise ValueError(
@@ -123,7 +141,24 @@ def launch_config(
         )
     warps = max(1, -(-max(n_lnp, n_rnp) // dist))
     blocks = max(1, -(-warps // wpb))
-    return LaunchConfig(ps, dist, wpb, dim, mode, warps, blocks, wpb * WARP, est.smem)
+    return LaunchConfig(ps, dist, wpb, dim, mode, warps, blocks, wpb * WARP, est.smem, itemsize)
+
+
+def row_storage(dtype, dev: Device, device_id: int) -> np.dtype:
+    """The dtype the CUDA designs hold rows of ``dtype`` in on GPU ``device_id`` (``dev``,
+    its limits): float32, or uint16 for bfloat16 (its bits). ValueError for any other
+    dtype; InputError for bfloat16 on a GPU below compute capability 8.0."""
+    d = row_dtype(dtype)
+    if d == np.float32:
+        return d
+    if d != BF16:
+        raise ValueError(f"the CUDA kernel aggregates float32 or bfloat16 rows, not {d}")
+    if dev.cc is not None and tuple(dev.cc) < (8, 0):
+        raise InputError(
+            f"dtype bfloat16 needs a GPU of compute capability 8.0 or newer, but GPU "
+            f"{device_id} ({dev.name}) has {dev.cc[0]}.{dev.cc[1]}: use --dtype float32"
+        )
+    return storage(d)
 
 
 def exclusive_flags(part_node: np.ndarray, other_node: np.ndarray, n: int, dist: int):
@@ -177,12 +212,18 @@ def run(
     stream=None,
     parts: str = "both",
     weights=None,
+    acc=None,
 ) -> None:
-    """Launch init, the MGG kernel and (for mean) finalize on this PE's rows.
+    """Launch init, the MGG kernel and (for mean) finalize on this PE's rows; for bf16
+    rows, mgg_round last instead (the one rounding, mean's division before it).
 
-    x [>= n, D] float32 (this PE's rows; in the symmetric heap for the get mode)
+    x [>= n, D] float32, or uint16: bfloat16 rows (this PE's rows; in the symmetric heap
+      for the get mode)
     peer_ptrs uint64 [P] base address of every PE's rows (p2p mode)
-    out [n, D] float32
+    out [n, D] of x's dtype
+    acc: bfloat16 rows only: float32 [>= n * D], C-contiguous, the caller's (nothing is
+    allocated per launch): the kernel sums into it, mgg_round rounds it once into out
+    (mean: divided by the in-degree first)
     parts: 'both' interleaves LNPs and RNPs in one launch (MGG); 'local' / 'remote' run
     one kind only (init with 'local', finalize with 'remote'): two launches make the
     "no interleaving" ablation.
@@ -195,6 +236,19 @@ def run(
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     p = dplan.plan
     n, d = p.num_local_nodes, cfg.dim
+    bf16 = out.dtype == np.uint16
+    if x.dtype != out.dtype or out.dtype not in (np.float32, np.uint16):
+        raise ValueError(
+            f"x and out hold {x.dtype} and {out.dtype} rows: both float32, or both uint16 "
+            "(bfloat16 bits)"
+        )
+    if cfg.itemsize != out.dtype.itemsize:
+        raise ValueError(
+            f"the launch config is for {cfg.itemsize}-byte rows, not {out.dtype.itemsize}"
+        )
+    if bf16 and (acc is None or acc.dtype != np.float32 or acc.size < n * d):
+        raise ValueError(f"bfloat16 rows sum into a float32 accumulator: pass acc [>= {n * d}]")
+    sums = acc if bf16 else out  # what init and the kernel write
     if weights is not None:
         if op != "sum":
             raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
@@ -208,14 +262,14 @@ def run(
         local_w = remote_w = None
         heads = 1
     weighted = local_w is not None
-    mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads))
+    mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads, cfg.itemsize), bf16=bf16)
     i64, i32, f32 = np.int64, np.int32, np.float32
     threads = 256
     blocks = max(1, min(65535, -(-n * d // threads)))
     if parts in ("both", "local"):
         scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
         mod.get_function("mgg_init")(
-            (blocks,), (threads,), (x, out, i64(n * d), scale), stream=stream
+            (blocks,), (threads,), (x, sums, i64(n * d), scale), stream=stream
         )
     n_lnp = p.lnp_node.size if parts in ("both", "local") else 0
     n_rnp = p.rnp_node.size if parts in ("both", "remote") else 0
@@ -237,7 +291,7 @@ def run(
             dplan.remote_row,
             remote_w if weighted else null,
             peer_ptrs,
-            out,
+            sums,
             i32(d),
             i32(cfg.dist),
         ]
@@ -249,7 +303,14 @@ def run(
             kernel.max_dynamic_shared_memory_size = cfg.smem
         grid = max(1, -(-max(1, -(-max(n_lnp, n_rnp) // cfg.dist)) // cfg.wpb))
         kernel((grid,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
-    if op == "mean" and parts in ("both", "remote"):
+    if bf16 and parts in ("both", "remote"):
+        mod.get_function("mgg_round")(
+            (blocks,),
+            (threads,),
+            (acc, out, dplan.local_indptr, dplan.remote_indptr, i64(n), i32(d), i32(op == "mean")),
+            stream=stream,
+        )
+    elif op == "mean" and parts in ("both", "remote"):
         mod.get_function("mgg_finalize_mean")(
             (blocks,),
             (threads,),
@@ -280,9 +341,11 @@ def aggregate_halo(
 ):
     """One rank's aggregation on the GPU with the remote rows given by the caller, as the
     CPU kernel takes them: the halo [H, D] becomes a pseudo-peer the kernel reads through
-    the pointer table. x, halo: numpy or cupy; returns cupy [n, D].
+    the pointer table. x, halo: numpy or cupy, float32 (anything else is converted), or
+    bfloat16 (ml_dtypes' numpy dtype, or uint16 bits): then both bf16, out uint16 bits;
+    returns cupy [n, D].
     weights: per-call edge weights (local [El(, H)], remote [Er(, H)]; numpy or cupy) for
-    a weighted sum, as mgg.kernels.aggregate takes them."""
+    a weighted sum, as mgg.kernels.aggregate takes them (float32, whatever the rows)."""
     import cupy
 
     dev_id, dev = current_device()
@@ -291,15 +354,21 @@ def aggregate_halo(
         if isinstance(weights, tuple | list):  # uploaded first: cupy's ascontiguousarray
             weights = [cupy.asarray(w) for w in weights]  # takes cupy arrays only
         weights = check_edge_weights(plan, weights, d, cupy)
-    xd = cupy.ascontiguousarray(cupy.asarray(x, cupy.float32))
-    hd = cupy.ascontiguousarray(
-        cupy.asarray(halo if halo is not None else np.zeros((1, d), np.float32), cupy.float32)
-    )
+    bf16 = x.dtype in (BF16, np.uint16)
+    rows = np.dtype(np.uint16 if bf16 else np.float32)
+    if halo is None:
+        halo = np.zeros((1, d), rows)
+    if (halo.dtype in (BF16, np.uint16)) != bf16:
+        raise ValueError(f"x holds {x.dtype} rows but the halo {halo.dtype}: give both in one")
+    xd, hd = (cupy.ascontiguousarray(cupy.asarray(bits(a), rows)) for a in (x, halo))
     dp = DevicePlan(plan, dist)
     dp.remote_pe = cupy.zeros(plan.num_remote_edges, cupy.int32)
     dp.remote_row = cupy.asarray(plan.remote_slot.astype(np.int32))
     peers = cupy.asarray(np.array([hd.data.ptr], np.uint64))
-    cfg = launch_config(plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev)
-    out = cupy.empty((n, d), cupy.float32) if out is None else out
-    run(dp, xd, peers, out, op, eps, cfg, dev_id, weights=weights)
+    cfg = launch_config(
+        plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev, itemsize=rows.itemsize
+    )
+    out = cupy.empty((n, d), rows) if out is None else out
+    acc = cupy.empty(max(n * d, 1), cupy.float32) if bf16 else None
+    run(dp, xd, peers, out, op, eps, cfg, dev_id, weights=weights, acc=acc)
     return out

@@ -4,21 +4,30 @@
 // interleaves them: LNP k (rows of this PE), then RNP k (rows of peers), for each k.
 // A partition holds at most ps in-edges of one destination node.
 //
+// Rows (compile-time MGG_BF16): float32, or bfloat16 (1), read as their 16-bit words and
+// widened exactly to float32; either way sums are float32. A bf16 kernel sums into a
+// float32 accumulator [n, D] (the launcher's ``acc``), which mgg_round then rounds once,
+// to nearest even, into the bf16 output (after the division by the in-degree, for mean).
+// NVRTC has no cuda_bf16.h: bf16 is spelled by its bits here, and rounded by the
+// instruction __float2bfloat16_rn compiles to (cvt.rn.bf16.f32, compute capability 8.0).
+//
 // Remote rows come one of two ways (compile-time MGG_REMOTE_GET):
 //   0  p2p: loads through a table of peer base pointers (nvshmem_ptr), no shared memory;
-//   1  get: nvshmemx_float_get_nbi_warp into shared memory, double-buffered: the rows of
-//      RNP k+1 are in flight while the warp aggregates LNP k+1 and RNP k (Listing 2's
-//      layout: ps ids per warp, all warps' rounded up to 4, then 2 * ps * D staging
-//      floats per warp).
+//   1  get: nvshmemx_float_get_nbi_warp (bf16: nvshmemx_getmem_nbi_warp of 2 * D bytes)
+//      into shared memory, double-buffered: the rows of RNP k+1 are in flight while the
+//      warp aggregates LNP k+1 and RNP k (Listing 2's layout: ps ids per warp, all warps'
+//      rounded up to 4, then 2 * ps * D staging rows' elements per warp).
 //
 // Lanes, by width class (compile-time MGG_VEC and MGG_WIDTH, which the launcher picks
-// from D: width_class in occupancy.py). A lane loads VEC floats at once: 4 (16-byte
-// loads; D and each head's width multiples of 4) or 1. A class of width W lays a row out
+// from D and the row's bytes: width_class in occupancy.py). A lane loads VEC elements at
+// once. float32: 4 (16-byte loads; D and each head's width multiples of 4) or 1. bf16: 8
+// (16-byte loads; multiples of 8), 2 (4-byte loads; even) or 1. A class of width W lays a row out
 // as SLOTS = W / VEC vectors, a power of two up to 64:
 //   SLOTS <= 32: a warp splits into 32 / SLOTS groups of SLOTS lanes, each group summing
 //     a different edge, combined by shuffles at the end (D = 16: 4 lanes, 8 edges at once);
 //   SLOTS = 32 or 64: the warp sums one edge at a time, each lane CHUNKS = SLOTS / 32
-//     vectors of its row, 32 * VEC columns apart (D = 256: two float4 a lane).
+//     vectors of its row, 32 * VEC columns apart (D = 256: two float4 a lane; in bf16,
+//     D = 128 is 16 lanes of 8 elements, two edges at once).
 // W = 0 is the generic kernel for any D: slabs of 64 vectors, one pass over the edges each.
 // D may be less than W (the lanes past D idle); the launcher never passes more. A lane
 // keeps its accumulators, its columns and their heads in registers, and has INFLIGHT
@@ -36,9 +45,10 @@
 // edge (the plan's normalization); more heads are GAT's per-head attention coefficients.
 // Both variants take `heads` as the last argument; the unweighted one ignores it.
 //
-// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above), MGG_VEC
-// and MGG_WIDTH (the width class; by default 1 and 0: the generic scalar kernel), and
-// MGG_EVERY_CLASS (the compile tests: X(vec, W) ... instantiates each class's kernel).
+// Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above), MGG_BF16
+// (bf16 rows), MGG_VEC and MGG_WIDTH (the width class; by default 1 and 0: the generic
+// scalar kernel), and MGG_EVERY_CLASS (the compile tests: X(vec, W) ... instantiates each
+// class's kernel).
 
 #ifndef MGG_WEIGHTED
 #define MGG_WEIGHTED 0
@@ -52,6 +62,12 @@
 #ifndef MGG_WIDTH
 #define MGG_WIDTH 0
 #endif
+#ifndef MGG_BF16
+#define MGG_BF16 0
+#endif
+#if MGG_BF16 && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#error "MGG_BF16: bfloat16 rows need compute capability 8.0 or newer"
+#endif
 
 #if MGG_REMOTE_GET
 #include <nvshmem.h>
@@ -62,12 +78,45 @@ typedef long long i64;
 
 #define FULL_MASK 0xffffffffu
 
-extern "C" __global__ void mgg_init(const float* __restrict__ x, float* __restrict__ out,
+// ---- row elements: float, or bf16 by its bits ----------------------------------------------
+struct __align__(2) bf16 {  // one bfloat16
+    unsigned short bits;
+};
+struct __align__(4) bf16x2 {  // two, element 0 in the low half (little-endian)
+    unsigned int bits;
+};
+struct __align__(16) bf16x8 {  // eight: one 16-byte load
+    uint4 bits;
+};
+
+#if MGG_BF16
+typedef bf16 row_t;
+#else
+typedef float row_t;
+#endif
+
+// bf16 -> float is exact: the bits of the float's upper half
+__device__ __forceinline__ float lo_half(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_half(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return lo_half(v.bits); }
+
+#if MGG_BF16
+// float -> bf16, rounded to nearest even (NaN stays NaN, overflow becomes inf)
+__device__ __forceinline__ unsigned short round_bf16(float f) {
+    unsigned short h;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+#endif
+
+extern "C" __global__ void mgg_init(const row_t* __restrict__ x, float* __restrict__ out,
                                     i64 count, float self_scale) {
-    // out[i] = self_scale * x[i] over the first `count` floats (self_scale 0: zeros)
+    // out[i] = self_scale * x[i] over the first `count` elements (self_scale 0: zeros),
+    // in float32 (bf16: into the accumulator)
     i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride)
-        out[i] = self_scale == 0.0f ? 0.0f : self_scale * x[i];
+        out[i] = self_scale == 0.0f ? 0.0f : self_scale * to_float(x[i]);
 }
 
 extern "C" __global__ void mgg_finalize_mean(float* __restrict__ out,
@@ -83,18 +132,74 @@ extern "C" __global__ void mgg_finalize_mean(float* __restrict__ out,
     }
 }
 
-// ---- one lane's VEC floats: float or float4 ----------------------------------------------
+#if MGG_BF16
+// out[i] = acc[i] rounded once to bf16, over n * dim elements; mean (non-zero): divided by
+// the in-degree first, in float32
+extern "C" __global__ void mgg_round(const float* __restrict__ acc, bf16* __restrict__ out,
+                                     const i64* __restrict__ local_indptr,
+                                     const i64* __restrict__ remote_indptr, i64 n, int dim,
+                                     int mean) {
+    i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n * dim; i += stride) {
+        float v = acc[i];
+        if (mean) {
+            i64 u = i / dim;
+            i64 deg = local_indptr[u + 1] - local_indptr[u] + remote_indptr[u + 1] -
+                      remote_indptr[u];
+            if (deg > 0) v /= (float)deg;
+        }
+        out[i].bits = round_bf16(v);
+    }
+}
+#endif
+
+// ---- one lane's VEC elements: what it loads (raw) and sums them in (acc) --------------------
+struct float8 {
+    float4 lo, hi;
+};
 template <int V>
-struct VecOf {
+struct AccOf {  // float, float2, float4, float8
     typedef float4 T;
 };
 template <>
-struct VecOf<1> {
+struct AccOf<1> {
     typedef float T;
+};
+template <>
+struct AccOf<2> {
+    typedef float2 T;
+};
+template <>
+struct AccOf<8> {
+    typedef float8 T;
+};
+template <typename E, int V>
+struct RawOf {  // float rows: the accumulator's type; bf16 rows: their words
+    typedef typename AccOf<V>::T T;
+};
+template <>
+struct RawOf<bf16, 1> {
+    typedef bf16 T;
+};
+template <>
+struct RawOf<bf16, 2> {
+    typedef bf16x2 T;
+};
+template <>
+struct RawOf<bf16, 8> {
+    typedef bf16x8 T;
 };
 
 __device__ __forceinline__ void zero(float& a) { a = 0.0f; }
+__device__ __forceinline__ void zero(float2& a) { a = make_float2(0.0f, 0.0f); }
 __device__ __forceinline__ void zero(float4& a) { a = make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+__device__ __forceinline__ void zero(float8& a) {
+    zero(a.lo);
+    zero(a.hi);
+}
+__device__ __forceinline__ void zero(bf16& a) { a.bits = 0; }
+__device__ __forceinline__ void zero(bf16x2& a) { a.bits = 0u; }
+__device__ __forceinline__ void zero(bf16x8& a) { a.bits = make_uint4(0u, 0u, 0u, 0u); }
 
 __device__ __forceinline__ void fma_to(float& acc, float s, float v) { acc += s * v; }
 __device__ __forceinline__ void fma_to(float4& acc, float s, float4 v) {
@@ -104,8 +209,28 @@ __device__ __forceinline__ void fma_to(float4& acc, float s, float4 v) {
     acc.w += s * v.w;
 }
 
+// bf16 words, widened
+__device__ __forceinline__ void fma_to(float& acc, float s, bf16 v) { acc += s * to_float(v); }
+__device__ __forceinline__ void fma_to(float2& acc, float s, bf16x2 v) {
+    acc.x += s * lo_half(v.bits);
+    acc.y += s * hi_half(v.bits);
+}
+__device__ __forceinline__ void fma_to(float4& acc, float s, unsigned int w0, unsigned int w1) {
+    acc.x += s * lo_half(w0);
+    acc.y += s * hi_half(w0);
+    acc.z += s * lo_half(w1);
+    acc.w += s * hi_half(w1);
+}
+__device__ __forceinline__ void fma_to(float8& acc, float s, bf16x8 v) {
+    fma_to(acc.lo, s, v.bits.x, v.bits.y);
+    fma_to(acc.hi, s, v.bits.z, v.bits.w);
+}
+
 __device__ __forceinline__ void add_to(float& acc, float v) { acc += v; }
 __device__ __forceinline__ void add_to(float4& acc, float4 v) { fma_to(acc, 1.0f, v); }
+__device__ __forceinline__ void add_to(float& acc, bf16 v) { acc += to_float(v); }
+__device__ __forceinline__ void add_to(float2& acc, bf16x2 v) { fma_to(acc, 1.0f, v); }
+__device__ __forceinline__ void add_to(float8& acc, bf16x8 v) { fma_to(acc, 1.0f, v); }
 
 __device__ __forceinline__ void add_shfl_down(float& a, int off) {
     a += __shfl_down_sync(FULL_MASK, a, off);
@@ -116,11 +241,19 @@ __device__ __forceinline__ void add_shfl_down(float4& a, int off) {
     a.z += __shfl_down_sync(FULL_MASK, a.z, off);
     a.w += __shfl_down_sync(FULL_MASK, a.w, off);
 }
+__device__ __forceinline__ void add_shfl_down(float2& a, int off) {
+    a.x += __shfl_down_sync(FULL_MASK, a.x, off);
+    a.y += __shfl_down_sync(FULL_MASK, a.y, off);
+}
+__device__ __forceinline__ void add_shfl_down(float8& a, int off) {
+    add_shfl_down(a.lo, off);
+    add_shfl_down(a.hi, off);
+}
 
 // GLOBAL: p is in global memory the kernel does not write (rows of x, of peers): the
 // read-only path; else anywhere (the get mode's staging in shared memory)
-template <bool GLOBAL>
-__device__ __forceinline__ float ld(const float* p) {
+template <bool GLOBAL, typename U>
+__device__ __forceinline__ U ld(const U* p) {
     if constexpr (GLOBAL)
         return __ldg(p);
     else
@@ -143,6 +276,27 @@ __device__ __forceinline__ void load(float4& v, const float* p, bool aligned) {
     } else {
         v = make_float4(ld<GLOBAL>(p), ld<GLOBAL>(p + 1), ld<GLOBAL>(p + 2), ld<GLOBAL>(p + 3));
     }
+}
+// bf16: aligned, p is 4-byte (bf16x2) or 16-byte (bf16x8) aligned
+template <bool GLOBAL>
+__device__ __forceinline__ void load(bf16& v, const bf16* p, bool) {
+    v.bits = ld<GLOBAL>(&p->bits);
+}
+template <bool GLOBAL>
+__device__ __forceinline__ unsigned int ld_pair(const bf16* p) {  // p[0], p[1] in one word
+    return (unsigned int)ld<GLOBAL>(&p[0].bits) | (unsigned int)ld<GLOBAL>(&p[1].bits) << 16;
+}
+template <bool GLOBAL>
+__device__ __forceinline__ void load(bf16x2& v, const bf16* p, bool aligned) {
+    v.bits = aligned ? ld<GLOBAL>(reinterpret_cast<const unsigned int*>(p)) : ld_pair<GLOBAL>(p);
+}
+template <bool GLOBAL>
+__device__ __forceinline__ void load(bf16x8& v, const bf16* p, bool aligned) {
+    if (aligned)
+        v.bits = ld<GLOBAL>(reinterpret_cast<const uint4*>(p));
+    else
+        v.bits = make_uint4(ld_pair<GLOBAL>(p), ld_pair<GLOBAL>(p + 2), ld_pair<GLOBAL>(p + 4),
+                            ld_pair<GLOBAL>(p + 6));
 }
 
 __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float v, bool excl) {
@@ -180,8 +334,38 @@ __device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float4 v,
     atomicAdd(p + 3, v.w);
 }
 
+__device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float2 v, bool excl) {
+    float* p = out + idx;
+    const bool aligned = ((unsigned long long)p & 7) == 0;
+    if (excl && aligned) {
+        float2 o = *reinterpret_cast<float2*>(p);
+        o.x += v.x;
+        o.y += v.y;
+        *reinterpret_cast<float2*>(p) = o;
+        return;
+    }
+    if (excl) {
+        p[0] += v.x;
+        p[1] += v.y;
+        return;
+    }
+#if __CUDA_ARCH__ >= 900
+    if (aligned) {
+        atomicAdd(reinterpret_cast<float2*>(p), v);
+        return;
+    }
+#endif
+    atomicAdd(p, v.x);
+    atomicAdd(p + 1, v.y);
+}
+
+__device__ __forceinline__ void emit(float* __restrict__ out, i64 idx, float8 v, bool excl) {
+    emit(out, idx, v.lo, excl);
+    emit(out, idx + 4, v.hi, excl);
+}
+
 // ---- a width class -------------------------------------------------------------------------
-template <int V, int W>
+template <typename T, int V, int W>
 struct Layout {
     static constexpr int VEC = V;
     static constexpr int WIDTH = W;
@@ -190,10 +374,15 @@ struct Layout {
     static constexpr int GROUPS = 32 / LANES;              // edges a warp sums at once
     static constexpr int CHUNKS = SLOTS / LANES;           // vectors a lane sums of a row
     static constexpr int CHUNK_COLS = 32 * V;              // columns between them
-    // rows a lane has in flight: 16 floats of them at most
-    static constexpr int INFLIGHT = V * CHUNKS <= 4 ? 4 : 16 / (V * CHUNKS);
-    typedef typename VecOf<V>::T vec;
-    static_assert(V == 1 || V == 4, "MGG_VEC must be 1 or 4");
+    static constexpr int BYTES = V * (int)sizeof(T);       // of a vector
+    // rows a lane has in flight: 16 registers of them at most (float: 16 floats)
+    static constexpr int WORDS = (BYTES + 3) / 4 * CHUNKS;  // registers a row's loads fill
+    static constexpr int INFLIGHT = WORDS <= 4 ? 4 : 16 / WORDS;
+    typedef T row;
+    typedef typename AccOf<V>::T acc;
+    typedef typename RawOf<T, V>::T raw;
+    static_assert(sizeof(T) == 4 ? V == 1 || V == 4 : V == 1 || V == 2 || V == 8,
+                  "MGG_VEC must be 1 or 4 (float rows), or 1, 2 or 8 (MGG_BF16 rows)");
     static_assert(W >= 0 && W % V == 0 && SLOTS >= 1 && (SLOTS <= 32 ? 32 % SLOTS == 0
                                                                      : SLOTS == 64),
                   "MGG_WIDTH must be a width class: VEC times a power of two up to 64, or 0");
@@ -230,14 +419,14 @@ __device__ __forceinline__ Cols<C> lane_cols(int lane, int j0, int dim, int head
 // MGG_WEIGHTED scaled by w[t * heads + h], h the head of the column; every row's address
 // first, so that their ids load at once.
 template <class C, bool GLOBAL, bool FULL, typename RowFn>
-__device__ __forceinline__ void add_rows(typename C::vec (&acc)[C::CHUNKS], RowFn row,
+__device__ __forceinline__ void add_rows(typename C::acc (&acc)[C::CHUNKS], RowFn row,
                                          const float* __restrict__ w, int t, int n,
                                          const Cols<C>& c, int heads) {
-    typename C::vec v[C::INFLIGHT][C::CHUNKS];
+    typename C::raw v[C::INFLIGHT][C::CHUNKS];
 #if MGG_WEIGHTED
     float s[C::INFLIGHT][C::CHUNKS];
 #endif
-    const float* r[C::INFLIGHT];
+    const typename C::row* r[C::INFLIGHT];
 #pragma unroll
     for (int u = 0; u < C::INFLIGHT; ++u) {
         const int tu = FULL ? t + u * C::GROUPS : min(t + u * C::GROUPS, n - 1);
@@ -250,7 +439,7 @@ __device__ __forceinline__ void add_rows(typename C::vec (&acc)[C::CHUNKS], RowF
 #pragma unroll
     for (int u = 0; u < C::INFLIGHT; ++u) {
         const bool live = FULL || t + u * C::GROUPS < n;
-        const bool aligned = C::VEC == 1 || ((unsigned long long)r[u] & 15) == 0;
+        const bool aligned = C::VEC == 1 || ((unsigned long long)r[u] & (C::BYTES - 1)) == 0;
 #pragma unroll
         for (int k = 0; k < C::CHUNKS; ++k) {
             zero(v[u][k]);
@@ -280,7 +469,7 @@ __device__ __forceinline__ void reduce_cols(RowFn row, const float* __restrict__
                                             float* __restrict__ out, i64 node, int dim,
                                             bool excl, const Cols<C>& c, int group,
                                             int heads) {
-    typename C::vec acc[C::CHUNKS];
+    typename C::acc acc[C::CHUNKS];
 #pragma unroll
     for (int k = 0; k < C::CHUNKS; ++k) zero(acc[k]);
     if (c.on) {
@@ -330,10 +519,11 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
 
 // mgg_aggregate's parameters, the same in both modes but for ps (get: before heads).
 // x: this PE's rows [n, dim] (get: in the symmetric heap); peer_ptrs: the base address
-// of each PE's rows (p2p; unused by get, whose peers are reached by gets); heads: edge
+// of each PE's rows (p2p; unused by get, whose peers are reached by gets); out: the
+// float32 sums [n, dim] (bf16 rows: the accumulator mgg_round rounds); heads: edge
 // weights per edge (MGG_WEIGHTED; ignored otherwise).
 #define MGG_AGGREGATE_PARAMS                                                                 \
-    const float *__restrict__ x, const i64 *__restrict__ lnp_ptr,                            \
+    const row_t *__restrict__ x, const i64 *__restrict__ lnp_ptr,                            \
         const int *__restrict__ lnp_node, const unsigned char *__restrict__ lnp_excl,       \
         i64 n_lnp, const int *__restrict__ local_idx, const float *__restrict__ local_w,    \
         const i64 *__restrict__ rnp_ptr, const int *__restrict__ rnp_node,                 \
@@ -366,7 +556,7 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             const i64 e0 = rnp_ptr[k];
             const int *pe = remote_pe + e0, *rr = remote_row + e0;
             auto row = [&](int t) {
-                const float* base = (const float*)__ldg(peer_ptrs + __ldg(pe + t));
+                const row_t* base = (const row_t*)__ldg(peer_ptrs + __ldg(pe + t));
                 return base + (i64)__ldg(rr + t) * dim;
             };
             reduce_partition<C, true>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k], dim,
@@ -379,25 +569,32 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
 
 // Start fetching the rows of RNP k into staging (rows in edge order); one
 // non-blocking warp-collective get per edge.
-__device__ __forceinline__ void fetch_partition(const float* sym_x, const i64* rnp_ptr,
+__device__ __forceinline__ void fetch_partition(const row_t* sym_x, const i64* rnp_ptr,
                                                 const int* remote_pe,
                                                 const int* remote_row, i64 k,
-                                                float* staging, int dim) {
+                                                row_t* staging, int dim) {
     for (i64 e = rnp_ptr[k]; e < rnp_ptr[k + 1]; ++e)
+#if MGG_BF16
+        nvshmemx_getmem_nbi_warp(staging + (e - rnp_ptr[k]) * dim,
+                                 sym_x + (i64)remote_row[e] * dim, (size_t)dim * sizeof(bf16),
+                                 remote_pe[e]);
+#else
         nvshmemx_float_get_nbi_warp(staging + (e - rnp_ptr[k]) * dim,
                                     sym_x + (i64)remote_row[e] * dim, dim, remote_pe[e]);
+#endif
 }
 
 template <class C>
 __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
     // Listing 2: ps ids per warp (all warps' rounded up to 4, so that staged rows are
-    // 16-byte aligned where D is a multiple of 4), then 2 * ps * dim staging floats per warp
+    // 16-byte aligned where a row's bytes are a multiple of 16), then 2 * ps * dim staging
+    // elements (float or bf16) per warp
     extern __shared__ __align__(16) int part_meta[];
     const int warps_per_block = blockDim.x >> 5;
     const int wib = threadIdx.x >> 5;
     int* ids = part_meta + wib * ps;  // the neighbor ids of the current LNP
-    float* staging =
-        (float*)&part_meta[(ps * warps_per_block + 3) & ~3] + (i64)wib * 2 * ps * dim;
+    row_t* staging =
+        (row_t*)&part_meta[(ps * warps_per_block + 3) & ~3] + (i64)wib * 2 * ps * dim;
     const int lane = threadIdx.x & 31;
     const Cols<C> cols = lane_cols<C>(lane, 0, dim, heads);
     const i64 warp = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -418,12 +615,12 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
         if (k < k_end) {
             nvshmem_quiet();  // the rows of RNP k (and anything older) have landed
             __syncwarp();
-            float* cur = staging + (i64)(i & 1) * ps * dim;
+            row_t* cur = staging + (i64)(i & 1) * ps * dim;
             if (k + 1 < k_end)  // overlaps with aggregating RNP k and LNP k+1
                 fetch_partition(x, rnp_ptr, remote_pe, remote_row, k + 1,
                                 staging + (i64)((i + 1) & 1) * ps * dim, dim);
             const i64 e0 = rnp_ptr[k];
-            auto row = [&](int t) { return (const float*)cur + (i64)t * dim; };
+            auto row = [&](int t) { return (const row_t*)cur + (i64)t * dim; };
             reduce_partition<C, false>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k],
                                        dim, rnp_excl[k], cols, lane, heads);
             __syncwarp();
@@ -435,13 +632,13 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
 
 // 1024 threads (wpb = 32) always launch: at most 64 registers
 extern "C" __global__ void __launch_bounds__(1024) mgg_aggregate(MGG_AGGREGATE_PARAMS) {
-    aggregate<Layout<MGG_VEC, MGG_WIDTH>>(MGG_AGGREGATE_ARGS);
+    aggregate<Layout<row_t, MGG_VEC, MGG_WIDTH>>(MGG_AGGREGATE_ARGS);
 }
 
 #ifdef MGG_EVERY_CLASS  // X(vec, W) ...: each class's kernel, mgg_aggregate_class<vec, W>
 template <int V, int W>
 __global__ void __launch_bounds__(1024) mgg_aggregate_class(MGG_AGGREGATE_PARAMS) {
-    aggregate<Layout<V, W>>(MGG_AGGREGATE_ARGS);
+    aggregate<Layout<row_t, V, W>>(MGG_AGGREGATE_ARGS);
 }
 #define X(v, w) template __global__ void mgg_aggregate_class<v, w>(MGG_AGGREGATE_PARAMS);
 MGG_EVERY_CLASS

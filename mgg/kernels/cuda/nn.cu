@@ -3,9 +3,33 @@
 // draws the CPU run's masks — the same for edges (attention dropout), SDDMM
 // (per-edge, per-head dot products), GAT's attention softmax over each destination's
 // in-edges (forward, backward), a segment sum by source, and a row gather.
+//
+// Rows may be bfloat16 (the _bf16 kernels): held as their 16-bit words (NVRTC has no
+// cuda_bf16.h), widened exactly, computed in float32 and rounded once to nearest even.
 
 typedef long long i64;
 typedef unsigned long long u64;
+
+struct __align__(2) bf16 {  // one bfloat16 by its bits
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(bf16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+
+// float -> bf16, to nearest even: __float2bfloat16_rn's instruction from compute capability
+// 8.0; the same arithmetic by hand before it (these kernels also build for older GPUs)
+__device__ __forceinline__ bf16 round_bf16(float f) {
+    bf16 h;
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f));
+#else
+    const unsigned u = __float_as_uint(f);
+    h.bits = (u & 0x7fffffffu) > 0x7f800000u ? (unsigned short)((u >> 16) | 0x40u)  // NaN
+                                             : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+#endif
+    return h;
+}
 
 __device__ __forceinline__ u64 mix64(u64 z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -27,6 +51,18 @@ extern "C" __global__ void mgg_dropout_dense(const float* __restrict__ x,
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n * d; t += stride) {
         i64 i = t / d, j = t % d;
         out[t] = keep(key, lb + i, j, d, threshold) ? x[t] * scale : 0.0f;
+    }
+}
+
+// the same over bf16 rows: the same mask, x * scale in float32 rounded once
+extern "C" __global__ void mgg_dropout_dense_bf16(const bf16* __restrict__ x,
+                                                  bf16* __restrict__ out, i64 n, i64 d,
+                                                  u64 key, i64 lb, unsigned int threshold,
+                                                  float scale) {
+    i64 stride = (i64)gridDim.x * blockDim.x;
+    for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n * d; t += stride) {
+        i64 i = t / d, j = t % d;
+        out[t] = round_bf16(keep(key, lb + i, j, d, threshold) ? to_float(x[t]) * scale : 0.0f);
     }
 }
 
@@ -58,14 +94,15 @@ extern "C" __global__ void mgg_edge_dropout(const i64* __restrict__ dst,
 }
 
 // SDDMM over a CSR (indptr [n+1], indices [E]): out[e, h] = <a[v, hC:(h+1)C],
-// b[indices[e], hC:(h+1)C]> for the edges e of row v; a [n, heads*C], b [R, heads*C].
+// b[indices[e], hC:(h+1)C]> for the edges e of row v; a [n, heads*C], b [R, heads*C]
+// (float32, or bf16: mgg_sddmm_bf16); out float32, summed in float32.
 // One warp per row; its lanes take the row's (edge, head) pairs in order, so the lanes
 // of one edge read its source row's heads side by side and the stores are contiguous.
-extern "C" __global__ void mgg_sddmm(const i64* __restrict__ indptr,
-                                     const int* __restrict__ indices,
-                                     const float* __restrict__ a, const float* __restrict__ b,
-                                     float* __restrict__ out, i64 n, i64 n_edges, int heads,
-                                     int c) {
+template <typename T>
+__device__ __forceinline__ void sddmm(const i64* __restrict__ indptr,
+                                      const int* __restrict__ indices, const T* __restrict__ a,
+                                      const T* __restrict__ b, float* __restrict__ out, i64 n,
+                                      int heads, int c) {
     const int lane = threadIdx.x & 31;
     const i64 warps = ((i64)gridDim.x * blockDim.x) >> 5;
     const i64 width = (i64)heads * c;
@@ -74,13 +111,29 @@ extern "C" __global__ void mgg_sddmm(const i64* __restrict__ indptr,
         for (i64 t = lane; t < pairs; t += 32) {
             const i64 e = e0 + t / heads;
             const int h = (int)(t % heads);
-            const float* x = a + v * width + h * c;
-            const float* y = b + (i64)indices[e] * width + h * c;
+            const T* x = a + v * width + h * c;
+            const T* y = b + (i64)indices[e] * width + h * c;
             float acc = 0.0f;
-            for (int j = 0; j < c; ++j) acc += x[j] * y[j];
+            for (int j = 0; j < c; ++j) acc += to_float(x[j]) * to_float(y[j]);
             out[e * heads + h] = acc;
         }
     }
+}
+
+extern "C" __global__ void mgg_sddmm(const i64* __restrict__ indptr,
+                                     const int* __restrict__ indices,
+                                     const float* __restrict__ a, const float* __restrict__ b,
+                                     float* __restrict__ out, i64 n, i64 n_edges, int heads,
+                                     int c) {
+    sddmm(indptr, indices, a, b, out, n, heads, c);
+}
+
+extern "C" __global__ void mgg_sddmm_bf16(const i64* __restrict__ indptr,
+                                          const int* __restrict__ indices,
+                                          const bf16* __restrict__ a, const bf16* __restrict__ b,
+                                          float* __restrict__ out, i64 n, i64 n_edges,
+                                          int heads, int c) {
+    sddmm(indptr, indices, a, b, out, n, heads, c);
 }
 
 #define FULL_MASK 0xffffffffu
@@ -198,8 +251,8 @@ extern "C" __global__ void mgg_segment_sum(const i64* __restrict__ ptr,
     }
 }
 
-// out[i, :] = x[src[i], :] for i < H; a row is q units (float4 where D and the pointers
-// allow, else float), units = H * q
+// out[i, :] = x[src[i], :] for i < H; a row is q units of 16, 4 or 2 bytes (the widest
+// the row's bytes and the pointers allow; bits copied, whatever the rows hold), units = H * q
 template <typename T>
 __device__ __forceinline__ void gather(const T* __restrict__ x, const i64* __restrict__ src,
                                        T* __restrict__ out, i64 units, int q) {
@@ -219,5 +272,12 @@ extern "C" __global__ void mgg_gather_rows4(const float4* __restrict__ x,
 extern "C" __global__ void mgg_gather_rows1(const float* __restrict__ x,
                                             const i64* __restrict__ src,
                                             float* __restrict__ out, i64 units, int q) {
+    gather(x, src, out, units, q);
+}
+
+extern "C" __global__ void mgg_gather_rows_half(const unsigned short* __restrict__ x,
+                                                const i64* __restrict__ src,
+                                                unsigned short* __restrict__ out, i64 units,
+                                                int q) {
     gather(x, src, out, units, q);
 }

@@ -1,4 +1,9 @@
-"""Launchers of nn.cu: the GPU twins of mgg/kernels/cpu_nn.py (same signatures)."""
+"""Launchers of nn.cu: the GPU twins of mgg/kernels/cpu_nn.py (same signatures).
+
+Rows (dropout_dense's x, sddmm's a and b, gather_rows') may be bfloat16: uint16 cupy
+arrays of its bits (or ml_dtypes' bfloat16 on the host), computed in float32 and rounded
+once; everything else is float32.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,8 @@ import functools
 from pathlib import Path
 
 import numpy as np
+
+from ...precision import BF16, bits
 
 SOURCE = Path(__file__).with_name("nn.cu")
 THREADS = 256
@@ -40,14 +47,28 @@ def _dev(a, dtype):
     return cupy.ascontiguousarray(cupy.asarray(a, dtype))
 
 
+def _is_bf16(a) -> bool:
+    """Rows of bfloat16: uint16 bits (cupy), or ml_dtypes' bfloat16 (numpy)."""
+    return a.dtype in (BF16, np.uint16)
+
+
+def _rows(a, bf16: bool):
+    """Rows on the device, C-contiguous: uint16 bf16 bits, or float32."""
+    if bf16:
+        return _dev(bits(a), np.uint16)
+    return _dev(a, np.float32)
+
+
 def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
-    """x [n, d] float32 cupy -> the dropped-out copy (mask by the hash of (key, row, col))."""
+    """x [n, d] float32, or bf16 (uint16 bits) cupy -> the dropped-out copy, of x's dtype
+    (mask by the hash of (key, row, col), the same for both; bf16: x * scale rounded once)."""
     import cupy
 
-    x = cupy.ascontiguousarray(x, cupy.float32)
+    bf16 = _is_bf16(x)
+    x = _rows(x, bf16)
     out = cupy.empty_like(x)
     n, d = x.shape
-    _fn("mgg_dropout_dense")(
+    _fn("mgg_dropout_dense_bf16" if bf16 else "mgg_dropout_dense")(
         (_blocks(n * d),),
         (THREADS,),
         (
@@ -120,7 +141,7 @@ def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32
 def sddmm(indptr, indices, a, b, heads: int):
     """float32 [E, heads] cupy: out[e, h] = <a[v, h·C:(h+1)·C], b[indices[e], h·C:(h+1)·C]>
     for the edges e of row v of the CSR (indptr [n+1], indices [E]); a [n, H·C],
-    b [R, H·C] float32 — as cpu_nn.sddmm."""
+    b [R, H·C] float32, or both bf16 (summed in float32) — as cpu_nn.sddmm."""
     import cupy
 
     out = cupy.empty((indices.size, heads), cupy.float32)
@@ -128,12 +149,15 @@ def sddmm(indptr, indices, a, b, heads: int):
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
     if out.size == 0:
         return out
-    a, b = _dev(a, cupy.float32), _dev(b, cupy.float32)
+    bf16 = _is_bf16(a)
+    if _is_bf16(b) != bf16:
+        raise ValueError(f"a holds {a.dtype} rows but b {b.dtype}: give both in one dtype")
+    a, b = _rows(a, bf16), _rows(b, bf16)
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"a is {a.shape[1]} wide but b is {b.shape[1]}")
     if b.shape[0] > np.iinfo(np.int32).max:
         raise ValueError(f"b has {b.shape[0]} rows, more than int32 indices address")
-    _fn("mgg_sddmm")(
+    _fn("mgg_sddmm_bf16" if bf16 else "mgg_sddmm")(
         (_warp_blocks(indptr.size - 1),),
         (THREADS,),
         (
@@ -229,14 +253,17 @@ def segment_sum(ptr, perm, values, segments: int):
 
 
 def gather_rows(x, src, out) -> None:
-    """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous float32 cupy
-    arrays, src int64 [H] cupy; 16-byte loads where D and the pointers allow."""
+    """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous cupy arrays of
+    one dtype, float32 or uint16 (bf16 bits), src int64 [H] cupy; 16-byte loads where the
+    row's bytes and the pointers allow, else 4-byte (2-byte: odd bf16 rows)."""
     h, d = int(src.size), int(x.shape[1])
+    if x.dtype != out.dtype or x.dtype.itemsize not in (2, 4):
+        raise ValueError(f"gather_rows copies float32 or uint16 rows, not {x.dtype} to {out.dtype}")
     if h == 0:
         return
-    vec = 4 if d % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0 else 1
-    q = d // vec
+    row = d * x.dtype.itemsize
+    unit = next(u for u in (16, 4, 2) if row % u == 0 and x.data.ptr % u == out.data.ptr % u == 0)
+    q = row // unit
     units = h * q
-    _fn(f"mgg_gather_rows{vec}")(
-        (_blocks(units),), (THREADS,), (x, src, out, np.int64(units), np.int32(q))
-    )
+    kernel = {16: "mgg_gather_rows4", 4: "mgg_gather_rows1", 2: "mgg_gather_rows_half"}[unit]
+    _fn(kernel)((_blocks(units),), (THREADS,), (x, src, out, np.int64(units), np.int32(q)))

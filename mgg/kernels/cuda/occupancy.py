@@ -26,13 +26,14 @@ class Device:
     max_warps_per_sm: int = 64
     max_blocks_per_sm: int = 32
     kind: str = "gpu"
+    cc: tuple[int, int] | None = None  # compute capability (major, minor); None: not known
 
 
 # Datasheet values (CUDA occupancy tables): opt-in shared memory per block / per SM.
 KNOWN_GPUS = {
-    "A100": Device("NVIDIA A100", 108, 227 * 1024 - 1024, 164 * 1024),
-    "H100": Device("NVIDIA H100", 132, 227 * 1024, 228 * 1024),
-    "H200": Device("NVIDIA H200", 132, 227 * 1024, 228 * 1024),
+    "A100": Device("NVIDIA A100", 108, 227 * 1024 - 1024, 164 * 1024, cc=(8, 0)),
+    "H100": Device("NVIDIA H100", 132, 227 * 1024, 228 * 1024, cc=(9, 0)),
+    "H200": Device("NVIDIA H200", 132, 227 * 1024, 228 * 1024, cc=(9, 0)),
 }
 
 
@@ -59,6 +60,7 @@ def live_gpu(device_id: int = 0) -> Device:
             attr["MaxThreadsPerBlock"],
             attr["MaxThreadsPerMultiProcessor"] // WARP,
             attr.get("MaxBlocksPerMultiprocessor", 32),
+            cc=(int(dev.compute_capability[:-1]), int(dev.compute_capability[-1])),  # '90': 9.0
         )
 
 
@@ -71,11 +73,17 @@ class Workload:
     halo_rows: int
     dim: int
     nodes: int
+    itemsize: int = FLOAT_BYTES  # bytes of a row's element: 4 (float32), 2 (bfloat16)
 
     @classmethod
-    def of(cls, plan, dim: int) -> Workload:
+    def of(cls, plan, dim: int, itemsize: int = FLOAT_BYTES) -> Workload:
         return cls(
-            plan.num_local_edges, plan.num_remote_edges, plan.num_halo, dim, plan.num_local_nodes
+            plan.num_local_edges,
+            plan.num_remote_edges,
+            plan.num_halo,
+            dim,
+            plan.num_local_nodes,
+            itemsize,
         )
 
     def partitions(self, ps: int) -> tuple[int, int]:
@@ -83,17 +91,18 @@ class Workload:
         return math.ceil(self.local_edges / ps), math.ceil(self.remote_edges / ps)
 
 
-def smem_bytes(ps: int, wpb: int, dim: int, mode: str = "get") -> int:
+def smem_bytes(ps: int, wpb: int, dim: int, mode: str = "get", itemsize: int = FLOAT_BYTES) -> int:
     """Dynamic shared memory one block of the CUDA kernel allocates.
 
     'get': per warp, ps neighbor ids and a double-buffered staging area of ps fetched rows
     (Listing 2's host sizing: ps*wpb*4 + 2*ps*wpb*D*4, the ids rounded up to 16 bytes so
-    that staged rows take 16-byte loads). 'p2p': peers are read through pointers; ids
-    travel by warp shuffles and partial sums stay in registers: none.
+    that staged rows take 16-byte loads; bf16 rows: D*2 bytes each). 'p2p': peers are
+    read through pointers; ids travel by warp shuffles and partial sums stay in
+    registers: none.
     """
     if mode == "p2p":
         return 0
-    return -(-ps * wpb // 4) * 4 * INT_BYTES + 2 * ps * wpb * dim * FLOAT_BYTES
+    return -(-ps * wpb // 4) * 4 * INT_BYTES + 2 * ps * wpb * dim * itemsize
 
 
 @dataclass(frozen=True)
@@ -123,30 +132,38 @@ TAIL = 0.5  # the last warps to start end on average half a warp's duration afte
 MAX_CHUNKS = 2  # vectors a lane sums of one row; wider rows take the generic kernel
 
 
-def width_class(dim: int, heads: int = 1) -> tuple[int, int]:
-    """(vec, W): the kernel variant for rows of D floats (heads: edge weights per edge).
+VECS = {4: (4, 1), 2: (8, 2, 1)}  # a lane's vectors by element bytes: 16-byte loads first
 
-    vec: floats a lane loads at once, 4 (16-byte loads) where D and each head's width
-    D/heads are multiples of 4, else 1. W: the class's width, D/vec vectors rounded up to
-    a power of two, at most 32 * MAX_CHUNKS (times vec), or 0 past that: the generic
-    kernel, for any D. E.g. D = 16 -> (4, 16), 100 -> (4, 128), 33 -> (1, 64), 600 -> (4, 0).
+
+def width_class(dim: int, heads: int = 1, itemsize: int = FLOAT_BYTES) -> tuple[int, int]:
+    """(vec, W): the kernel variant for rows of D elements of ``itemsize`` bytes (4:
+    float32, 2: bfloat16; heads: edge weights per edge).
+
+    vec: elements a lane loads at once, the largest of VECS[itemsize] that divides D and
+    each head's width D/heads: float32 4 (16-byte loads) or 1; bf16 8 (16-byte loads), 2
+    (4-byte pairs) or 1. W: the class's width, D/vec vectors rounded up to a power of
+    two, at most 32 * MAX_CHUNKS (times vec), or 0 past that: the generic kernel, for any
+    D. E.g. float32 D = 16 -> (4, 16), 100 -> (4, 128), 33 -> (1, 64), 600 -> (4, 0);
+    bf16 D = 128 -> (8, 128), 100 -> (2, 128), 600 -> (8, 0).
     """
     if dim < 1:
         raise ValueError(f"the feature width D must be >= 1, got {dim}")
     if heads < 1 or dim % heads:
         raise ValueError(f"{heads} heads: heads must divide the feature width D = {dim}")
-    vec = 4 if dim % 4 == 0 and (dim // heads) % 4 == 0 else 1
+    if itemsize not in VECS:
+        raise ValueError(f"rows of {itemsize}-byte elements: the kernel takes 4 or 2")
+    vec = next(v for v in VECS[itemsize] if dim % v == 0 and (dim // heads) % v == 0)
     slots = 1 << (-(-dim // vec) - 1).bit_length()
     return vec, slots * vec if slots <= WARP * MAX_CHUNKS else 0
 
 
-def lanes_per_edge(dim: int, heads: int = 1) -> tuple[int, int, int]:
+def lanes_per_edge(dim: int, heads: int = 1, itemsize: int = FLOAT_BYTES) -> tuple[int, int, int]:
     """(edges a warp sums per step, passes over the row, vectors a lane loads per edge
     and pass) as the kernel lays lanes out (aggregate.cu): a class of S = W/vec <= 32
     vectors splits a warp into 32/S groups, one edge each; else the warp takes one edge
     and each lane S/32 vectors of it; the generic kernel makes passes of 32 * MAX_CHUNKS
     vectors."""
-    vec, width = width_class(dim, heads)
+    vec, width = width_class(dim, heads, itemsize)
     slots = width // vec if width else WARP * MAX_CHUNKS
     lanes = min(slots, WARP)
     passes = 1 if width else math.ceil(dim / (slots * vec))
@@ -175,7 +192,7 @@ def estimate(
     threads = wpb * WARP
     if threads > dev.max_threads_per_block:
         return Estimate(False, f"{threads} threads per block > {dev.max_threads_per_block}")
-    smem = smem_bytes(ps, wpb, work.dim, mode)
+    smem = smem_bytes(ps, wpb, work.dim, mode, work.itemsize)
     if smem > dev.smem_per_block:
         return Estimate(
             False, f"{smem} B shared memory per block > {dev.smem_per_block}", smem=smem
@@ -194,7 +211,7 @@ def estimate(
     resident_warps = resident * wpb
     # warps an SM actually holds: all it can, or its share of a small grid
     active = max(1.0, min(resident_warps, warps / dev.sms))
-    per_step, passes, chunks = lanes_per_edge(work.dim)
+    per_step, passes, chunks = lanes_per_edge(work.dim, itemsize=work.itemsize)
     steps = math.ceil(ps / per_step) * passes  # serial steps of one full partition
     rows = chunks - 1  # row loads per step beyond the one LOCAL_OPS / REMOTE_OPS count
     ops = warps * WARP_OPS + lnp * (PART_OPS + steps * (LOCAL_OPS + rows))
