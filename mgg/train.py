@@ -567,7 +567,7 @@ class Trainer:
         tuned = drive(
             measure,
             device=be.device(),
-            work=Workload.of(self.g.plan, width),
+            work=Workload.of(self.g.plan, width, self.g.dtype.itemsize),
             mode="p2p" if be.gpu else "get",
             knobs=replace(self.g.knobs, **self.g.config),  # threads as numba runs them
             search_space=self.tune_space,

@@ -2,7 +2,7 @@
 
     python bench/gpu/aggregation.py [--dims 16,128] [--ops sum,gcn]
         [--graphs rmat | --graphs reddit,products,... --scale 1]
-        [--nodes 232965] [--edges 114615892]
+        [--nodes 232965] [--edges 114615892] [--bf16]
 
 A Reddit-size R-MAT (233K nodes, 114M edges) by default, or MGG's stand-ins (--graphs).
 mgg runs its kernel at the default configuration and at the best of a small (ps, dist,
@@ -17,6 +17,13 @@ datasheet HBM rate. Rows gathered again hit L2, so it can pass 1; floor_ms is th
 HBM floor (each input once, the output once).
 Goals: >= 1.6x cuSPARSE's best (geometric mean over the stand-ins at full size, per D),
 >= 70% of the bound.
+
+--bf16 (issue 52) also runs mgg's sweep with bfloat16 rows (the same kernel reading
+2-byte rows, summing in float32, rounding once), in the same round-robin: bf16_vs_fp32
+is mgg's float32 best over its bf16 best (goal >= 1.8x at D = 128), bf16_vs_cusparse
+cuSPARSE's float32 best over mgg's bf16 best (goal >= 2.2x). Both ratios come from
+moving half the bytes (the data's width, not a faster kernel) as much as from the
+kernel: the table says so.
 
 The peers run only where they fit in GPU memory (fit_peers): PyG materializes one E x D
 message matrix (two with edge weights), 117 GB at the full size and D = 128; a peer
@@ -113,6 +120,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=232_965)
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--bf16", action="store_true", help="also mgg with bfloat16 rows")
     args = ap.parse_args()
     res = Results(
         "aggregation",
@@ -133,6 +141,7 @@ def main():
             "bw_of_datasheet",
             "floor_ms",
             "max_rel_error",
+            *(["mgg_bf16_best_ms", "bf16_vs_fp32", "bf16_vs_cusparse"] if args.bf16 else []),
             "skipped",
         ],
         notes="One PE. bw_of_copy: the bytes an aggregation must move (indices, "
@@ -142,7 +151,7 @@ def main():
         "at the copy rate. cusparse_ms: the fastest cuSPARSE form (cusparse_best; each "
         "form's time as cusparse_<form>_ms in the JSON); vs_cusparse: its time over "
         "mgg's best. skipped: peers that did not fit in GPU memory or forms cuSPARSE "
-        "refused.",
+        "refused." + (BF16_NOTE if args.bf16 else ""),
         plot=plot,
     )
     with raw_log("aggregation"):
@@ -164,7 +173,8 @@ def main():
             for d in dims:  # narrow first: its rows land early
                 for op in args.ops.split(","):
                     gg = g.gcn_norm() if op == "gcn" else g
-                    row = {"graph": name, **measure(gg, op, d, args.repeat, copy_bw, dev)}
+                    row = measure(gg, op, d, args.repeat, copy_bw, dev, args.bf16)
+                    row = {"graph": name, **row}
                     res.add(row)
         return res.finish(vs_cusparse_geomean=geomeans(res.rows))
 
@@ -178,8 +188,17 @@ def geomeans(rows) -> dict:
     return {k: float(np.exp(np.mean(np.log(v)))) for k, v in by.items()}
 
 
-def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
-    """One (op, D) row: the sweep, cuSPARSE and PyG where they fit, round-robin."""
+BF16_NOTE = (
+    " mgg_bf16_best_ms: mgg's sweep with bfloat16 rows (float32 sums, one rounding), "
+    "checked against scipy on the rounded rows within one rounding; bf16_vs_fp32 and "
+    "bf16_vs_cusparse (over float32 cuSPARSE) are ratios of half the bytes as much as of "
+    "the kernel."
+)
+
+
+def measure(gg, op, d, repeat, copy_bw, dev, bf16: bool = False) -> dict:
+    """One (op, D) row: the sweep, cuSPARSE and PyG where they fit, round-robin; with
+    ``bf16``, mgg's sweep in bfloat16 too."""
     import cupy
     import torch
 
@@ -205,6 +224,20 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
         f"mgg ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des(op))
         for c, des in designs.items()
     }
+    halves = {}
+    if bf16:
+        from mgg.precision import BF16
+
+        xb = x.astype(BF16)
+        halves = {c: pipelined([by_ps[c[0]]], None, d, BF16, dist=c[1], wpb=c[2]) for c in SWEEP}
+        for des in halves.values():
+            assign(des.x, cupy.asarray(xb.view(np.uint16)))
+        fns.update(
+            {
+                f"bf16 ps={c[0]} dist={c[1]} wpb={c[2]}": (lambda des=des: des(op))
+                for c, des in halves.items()
+            }
+        )
     xt = torch.from_numpy(x).cuda()
     w = gg.weights if weighted else np.ones(gg.num_edges, np.float32)
     forms = {}
@@ -229,13 +262,24 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
     t = cuda_compare(fns, repeat=repeat)
     first = designs[SWEEP[0]]
     err = check_output(gg, x, op, cupy.asnumpy(first(op)), label=f"mgg {op} D={d}")
-    mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}
+    mgg_times = {k: v for k, v in t.items() if k.startswith("mgg")}  # float32
     best = min(mgg_times, key=mgg_times.get)
     cus = {k[9:]: v for k, v in t.items() if k.startswith("cusparse ")}
     cus_best = min(cus, key=cus.get) if cus else None
     for f in forms.values():
         if hasattr(f, "close"):
             f.close()
+    bf16_row = {}
+    if halves:
+        from mgg.harness.check import tolerance
+        from mgg.precision import BF16
+
+        got = cupy.asnumpy(halves[SWEEP[0]](op)).view(BF16).astype(np.float32)
+        xr = x.astype(BF16).astype(np.float32)
+        check_output(gg, xr, op, got, label=f"mgg bf16 {op} D={d}", tolerance=tolerance(BF16))
+        half = {k: v for k, v in t.items() if k.startswith("bf16")}
+        bf16_row["mgg_bf16_best_ms"] = min(half.values()) * 1e3
+        bf16_row["mgg_bf16_best"] = min(half, key=half.get)[5:]
     structure = gg.num_edges * (8 if weighted else 4)  # indices (+ weights), read once
     moved = structure + gg.num_edges * d * 4 + gg.num_nodes * d * 4  # every gather from HBM
     compulsory = structure + 2 * gg.num_nodes * d * 4  # x read once, out written once
@@ -254,7 +298,12 @@ def measure(gg, op, d, repeat, copy_bw, dev) -> dict:
         "skipped": "; ".join(f"{k}: {v}" for k, v in skipped.items()),
         "bw_of_copy": moved / mgg_times[best] / copy_bw,
         "floor_ms": compulsory / copy_bw * 1e3,
+        **bf16_row,
     }
+    if bf16_row:
+        row["bf16_vs_fp32"] = row["mgg_best_ms"] / row["mgg_bf16_best_ms"]
+        if row["cusparse_ms"] is not None:
+            row["bf16_vs_cusparse"] = row["cusparse_ms"] / row["mgg_bf16_best_ms"]
     for peer in ("cusparse", "pyg"):
         if row[f"{peer}_ms"] is not None:
             row[f"vs_{peer}"] = row[f"{peer}_ms"] / row["mgg_best_ms"]

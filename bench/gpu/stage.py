@@ -107,6 +107,7 @@ def stages(quick: bool = False) -> dict[str, Stage]:
     py = sys.executable
     run = [py, str(ROOT / "launch" / "mggrun")]
     test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    bf16 = [*test, "tests/test_cuda_bf16.py"]
     test += ["tests/test_cuda.py", "tests/test_virtual_designs.py"]
     bench = [py, "-u"]
 
@@ -167,8 +168,18 @@ def stages(quick: bool = False) -> dict[str, Stage]:
         ),
         "aggregation": Stage(
             "aggregation",
-            "one PE vs cuSPARSE at its best and PyG, Reddit-size R-MAT (or --graphs), D = 16, 128",
-            [script("aggregation", *(["--edges", "20000000"] if quick else []))],
+            "one PE vs cuSPARSE at its best and PyG, Reddit-size R-MAT (or --graphs), D = 16, "
+            "128, mgg in float32 and bfloat16",
+            [script("aggregation", "--bf16", *(["--edges", "20000000"] if quick else []))],
+        ),
+        "bf16": Stage(
+            "bf16",
+            "the gpu-marked bfloat16 tests (issue 52): kernels, designs, compute-sanitizer, "
+            "NVSHMEM PEs in the p2p and get modes",
+            [
+                Step("single", [*bf16, "-m", "gpu and not mpi"], 220),
+                Step("pes", [*bf16, "-m", "gpu and mpi"], 200),
+            ],
         ),
         "kernel": Stage(
             "kernel",

@@ -95,7 +95,7 @@ def tune(
     tuned = drive(
         measure,
         device=dev,
-        work=Workload.of(base, dim),
+        work=Workload.of(base, dim, dtype.itemsize),
         mode="p2p" if backend.gpu else "get",
         knobs=knobs,
         windows=() if fixed_window else cls.window_choices(comm),
