@@ -405,7 +405,8 @@ class Trainer:
     def _loss_sum(self, logits, rows) -> torch.Tensor:
         """The loss summed over ``rows`` (an index tensor; multi-label: averaged over
         tasks), a 0-d tensor on the device."""
-        out, y = logits.index_select(0, rows).float(), self.data.y.index_select(0, rows)
+        out, y = logits.index_select(0, rows), self.data.y.index_select(0, rows)
+        out = out.float() if out.dtype == torch.bfloat16 else out  # the loss in float32
         if self.multilabel:  # y float32 (prepare)
             return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / y.shape[1]
         return F.cross_entropy(out, y, reduction="sum")
