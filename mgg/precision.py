@@ -69,6 +69,12 @@ def as_rows(x, dtype, what: str):
     return np.asarray(x).astype(row_dtype(dtype), copy=False)
 
 
+def holds_bf16(a) -> bool:
+    """Whether array a holds bf16 rows: BF16 (numpy), or their uint16 words (cupy, which
+    has no bf16; mgg holds no other uint16 rows)."""
+    return a.dtype in (BF16, np.uint16)
+
+
 def from_storage(a, dtype):
     """Rows of ``dtype`` held as ``storage(dtype)`` (a GPU's uint16 words, on the host)
     seen as ``dtype`` again: a view."""
@@ -91,13 +97,13 @@ def _torch_dtype(d: np.dtype):
 def check_range(x, what: str, dtype) -> None:
     """InputError naming ``what`` and its largest value when x (dense or scipy.sparse,
     float) holds a finite value that ``dtype`` rounds to inf (bf16: beyond about 3.39e38)."""
-    if not is_bf16(dtype):
-        return
     data = x.data if hasattr(x, "tocsr") else np.asarray(x)
-    if data.size == 0:
+    if not is_bf16(dtype) or data.dtype == BF16 or data.size == 0:  # bf16 holds bf16
         return
-    a = np.abs(data[np.isfinite(data)]) if not np.isfinite(data).all() else np.abs(data)
-    top = float(a.max()) if a.size else 0.0
+    finite = np.isfinite(data)
+    if not finite.all():
+        data = data[finite]
+    top = max(float(data.max(initial=0)), -float(data.min(initial=0)))  # no |data| copy
     if top >= BF16_OVERFLOW:
         raise InputError(
             f"{what}: values up to {top:.4g} in magnitude are beyond bfloat16's range "
@@ -115,6 +121,7 @@ __all__ = [
     "bits",
     "check_range",
     "from_storage",
+    "holds_bf16",
     "is_bf16",
     "name",
     "row_dtype",

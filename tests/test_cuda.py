@@ -102,6 +102,8 @@ def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
         "all-warnings",
         "-Xptxas",
         "-v",
+        "--threads",
+        "2",  # one per architecture
         "-gencode",
         "arch=compute_80,code=sm_80",
         "-gencode",
@@ -146,7 +148,7 @@ def test_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted):
     gencode = [a for arch in archs for a in ("-gencode", arch)]
     opts = list(compile_options(bool(weighted), "get", (4, 128)))
     assert "-dc" in opts and f"-I{home}/include" in opts and "-lnvshmem_device" in opts
-    compile_ = [NVCC, *gencode, *opts, "--Werror", "all-warnings", "-Xptxas", "-v"]
+    compile_ = [NVCC, *gencode, *opts, "--Werror", "all-warnings", "-Xptxas", "-v", "-t", "2"]
     r = subprocess.run(
         [*compile_, "-o", str(tmp_path / "k.o"), str(every_class_source(tmp_path))],
         capture_output=True,
@@ -637,21 +639,18 @@ def test_memcheck_is_clean(tmp_path):
         print("done")
     """)
     )
+    memcheck(script, timeout=80)
+
+
+def memcheck(script, timeout: float) -> None:
+    """Run the Python ``script`` under compute-sanitizer's memcheck: it must print "done"
+    and report no error."""
     r = subprocess.run(
-        [
-            "compute-sanitizer",
-            "--tool",
-            "memcheck",
-            "--report-api-errors",
-            "no",
-            "--error-exitcode",
-            "9",
-            sys.executable,
-            str(script),
-        ],
+        ["compute-sanitizer", "--tool", "memcheck", "--report-api-errors", "no"]
+        + ["--error-exitcode", "9", sys.executable, str(script)],
         capture_output=True,
         text=True,
-        timeout=80,
+        timeout=timeout,
         cwd=ROOT,
         env=dict(
             os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
@@ -832,6 +831,19 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
     from mgg.graph.dataset import random_features
     from mgg.graph.generators import rmat
 
+    got = nvshmem_outputs(tmp_path, nprocs, mode, (5, 24, 300))  # groups, float4, generic
+    g = rmat(11, 8, seed=1).gcn_norm()
+    for dim in (5, 24, 300):
+        x = random_features(5, 0, g.num_nodes, dim)
+        for op in ("sum", "mean", "gcn", "gin"):
+            assert_agg_close(got[f"{op}{dim}"], reference.aggregate(g, x, op, eps=0.3), g, x)
+
+
+def nvshmem_outputs(tmp_path, nprocs: int, mode: str, dims, dtype: str = "float32"):
+    """Real PEs (one process each) through remote path ``mode``: CudaPipelined over
+    rmat(11, 8)'s gcn_norm at each width of ``dims``, every op (gin's eps 0.3), rows
+    random_features(5) in ``dtype`` (bfloat16: held as uint16 words); returns {f"{op}{dim}":
+    the output gathered from every rank} (bf16 as its words)."""
     from conftest import mpirun
 
     job = tmp_path / "job.py"
@@ -843,34 +855,35 @@ def test_nvshmem_pes_sharing_the_gpu_equal_scipy(nprocs, mode, tmp_path):
         from mgg.graph.dataset import random_features
         from mgg.graph.generators import rmat
         from mgg.partition import build_plan
+        from mgg.precision import row_dtype, storage
         comm = get_comm("nvshmem")
+        dtype = row_dtype("{dtype}")
         g = rmat(11, 8, seed=1).gcn_norm()
         plan = build_plan(g, comm.size, 8, rank=comm.rank, transposed=False)
         outs = {{}}
-        for dim in (5, 24, 300):  # width classes: scalar groups, float4 groups, generic
+        for dim in {tuple(dims)}:
+            rows = random_features(5, plan.lb, plan.ub, dim).astype(dtype).view(storage(dtype))
             for op in ("sum", "mean", "gcn", "gin"):
-                d = CudaPipelined(plan, comm, dim, dist=3, wpb=2, remote="{mode}")
-                d.x[:] = cupy.asarray(random_features(5, plan.lb, plan.ub, dim))
+                d = CudaPipelined(plan, comm, dim, dtype, dist=3, wpb=2, remote="{mode}")
+                assert d.x.dtype == storage(dtype), d.x.dtype
+                d.x[:] = cupy.asarray(rows)
                 got = cupy.asnumpy(d(op, eps=0.3))
+                assert got.dtype == storage(dtype), got.dtype
                 assert d.remote_path["mode"] == "{mode}", d.remote_path
-                rows = comm.gather(got, root=0)
+                parts = comm.gather(got, root=0)
                 if comm.rank == 0:
-                    outs[f"{{op}}{{dim}}"] = np.concatenate(rows)
+                    outs[f"{{op}}{{dim}}"] = np.concatenate(parts)
                 d.free()
         if comm.rank == 0:
             np.savez(r"{tmp_path / "out.npz"}", size=comm.size, **outs)
         finalize()
     """)
     )
-    r = mpirun(nprocs, "python", job, timeout=180)  # the get mode compiles 6 modules
+    r = mpirun(nprocs, "python", job, timeout=240)  # the get mode compiles 6 modules
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     got = np.load(tmp_path / "out.npz")
     assert int(got["size"]) == nprocs  # not a run of singletons
-    g = rmat(11, 8, seed=1).gcn_norm()
-    for dim in (5, 24, 300):
-        x = random_features(5, 0, g.num_nodes, dim)
-        for op in ("sum", "mean", "gcn", "gin"):
-            assert_agg_close(got[f"{op}{dim}"], reference.aggregate(g, x, op, eps=0.3), g, x)
+    return got
 
 
 @gpu

@@ -5,7 +5,6 @@ capability check) runs without a GPU; the kernels and every design are checked o
 of the output."""
 
 import dataclasses
-import os
 import re
 import shutil
 import subprocess
@@ -20,10 +19,12 @@ from test_cuda import (
     compiled_classes,
     every_class_source,
     fake_cupy,
+    memcheck,
     nvcc_ptx,
     nvrtc_compile,
     nvrtc_library,
     nvrtc_ptx,
+    nvshmem_outputs,
     ptx_params,
     ptx_type,
 )
@@ -44,7 +45,7 @@ from mgg.partition import build_plan
 from mgg.precision import BF16, BF16_MAX
 from mgg.tuner import known_gpu
 
-from conftest import ROOT, gpu, random_graph, virtual_design
+from conftest import gpu, random_graph, virtual_design
 
 # every bf16 width class the launcher picks, for some D and heads
 BF16_CLASSES = sorted(
@@ -122,6 +123,8 @@ def test_bf16_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
         "all-warnings",
         "-Xptxas",
         "-v",
+        "--threads",
+        "2",  # one per architecture
         "-gencode",
         "arch=compute_80,code=sm_80",
         "-gencode",
@@ -855,19 +858,7 @@ def test_bf16_memcheck_is_clean(tmp_path):
         print("done")
     """)
     )
-    r = subprocess.run(
-        ["compute-sanitizer", "--tool", "memcheck", "--report-api-errors", "no"]
-        + ["--error-exitcode", "9", sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=dict(
-            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
-        ),
-    )
-    assert r.returncode == 0 and "done" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
-    assert "ERROR SUMMARY: 0 errors" in r.stdout + r.stderr
+    memcheck(script, timeout=120)
 
 
 @gpu
@@ -881,43 +872,8 @@ def test_bf16_nvshmem_pes_are_within_one_rounding_of_float64(nprocs, mode, tmp_p
     from mgg.graph.dataset import random_features
     from mgg.graph.generators import rmat
 
-    from conftest import mpirun
-
-    job = tmp_path / "job.py"
-    job.write_text(
-        textwrap.dedent(f"""
-        import numpy as np, cupy
-        from mgg.comm import finalize, get_comm
-        from mgg.designs.cuda import CudaPipelined
-        from mgg.graph.dataset import random_features
-        from mgg.graph.generators import rmat
-        from mgg.partition import build_plan
-        from mgg.precision import BF16
-        comm = get_comm("nvshmem")
-        g = rmat(11, 8, seed=1).gcn_norm()
-        plan = build_plan(g, comm.size, 8, rank=comm.rank, transposed=False)
-        outs = {{}}
-        for dim in (5, 128, 300):  # 1- and 8-element lanes, the generic kernel of pairs
-            rows = random_features(5, plan.lb, plan.ub, dim).astype(BF16).view(np.uint16)
-            for op in ("sum", "mean", "gcn", "gin"):
-                d = CudaPipelined(plan, comm, dim, BF16, dist=3, wpb=2, remote="{mode}")
-                assert d.x.dtype == np.uint16, d.x.dtype
-                d.x[:] = cupy.asarray(rows)
-                got = cupy.asnumpy(d(op, eps=0.3))
-                assert got.dtype == np.uint16 and d.remote_path["mode"] == "{mode}"
-                parts = comm.gather(got, root=0)
-                if comm.rank == 0:
-                    outs[f"{{op}}{{dim}}"] = np.concatenate(parts)
-                d.free()
-        if comm.rank == 0:
-            np.savez(r"{tmp_path / "out.npz"}", size=comm.size, **outs)
-        finalize()
-    """)
-    )
-    r = mpirun(nprocs, "python", job, timeout=240)  # the get mode compiles 6 modules
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    got = np.load(tmp_path / "out.npz")
-    assert int(got["size"]) == nprocs
+    # 1- and 8-element lanes, the generic kernel of pairs
+    got = nvshmem_outputs(tmp_path, nprocs, mode, (5, 128, 300), "bfloat16")
     g = rmat(11, 8, seed=1).gcn_norm()
     for dim in (5, 128, 300):
         x = random_features(5, 0, g.num_nodes, dim)

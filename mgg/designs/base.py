@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import LaunchError
-from ..kernels.bf16 import store_rows
+from ..kernels.bf16 import store_rows, sums_for
 from ..kernels.reference import check_edge_weights, check_op
 from ..partition.plan import PartitionPlan
 from ..precision import accumulator, row_dtype, storage
@@ -96,9 +96,7 @@ class Design:
             out = self.xp.empty(shape, held)
         elif out.shape != shape or out.dtype != held:
             raise ValueError(f"out is {out.dtype} {out.shape}, expected {held} {shape}")
-        sums = out
-        if accumulator(self.dtype) != self.dtype and not self.stores_rounded:
-            sums = self.xp.empty(shape, accumulator(self.dtype))
+        sums = out if self.stores_rounded else sums_for(out, self.dtype, self.xp)
         if self.buffer is not None:
             self.buffer.publish()
         self.edge_weights = weights

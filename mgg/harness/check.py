@@ -33,7 +33,8 @@ def tolerance(dtype) -> float:
 def gather_rows(comm, out, dtype=np.float32) -> np.ndarray | None:
     """This job's whole [N, D] output (rows of ``dtype``) on rank 0 as the float type
     they sum in (bf16 widens exactly to float32), None elsewhere; collective."""
-    got = comm.gather(from_storage(to_host(out), dtype).astype(accumulator(dtype)), root=0)
+    rows = from_storage(to_host(out), dtype).astype(accumulator(dtype), copy=False)
+    got = comm.gather(rows, root=0)
     return np.concatenate(got) if comm.rank == 0 else None
 
 

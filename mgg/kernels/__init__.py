@@ -7,7 +7,7 @@ import numpy as np
 from ..partition.plan import PartitionPlan
 from ..precision import accumulator
 from . import cpu
-from .bf16 import store_rows
+from .bf16 import store_rows, sums_for
 from .cpu import OPS
 from .reference import check_edge_weights, check_op
 
@@ -64,7 +64,7 @@ def aggregate(
         out = np.empty((n, d), x.dtype)
     elif out.shape != (n, d) or out.dtype != x.dtype:
         raise ValueError(f"out is {out.dtype} {out.shape}, expected {x.dtype} ({n}, {d})")
-    sums = out if accumulator(x.dtype) == x.dtype else np.empty((n, d), accumulator(x.dtype))
+    sums = sums_for(out, x.dtype)
     cpu.init_out(op, x, sums, eps)
     w = plan.local_weights if op == "gcn" else None if weights is None else weights[0]
     cpu.accumulate(

@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic, overload
 
-from ..precision import bits
+from ..precision import BF16, accumulator, bits, row_dtype
 
 
 @intrinsic
@@ -83,17 +83,21 @@ def to_bf16(x):
     return np.uint16(b >> np.uint32(16))
 
 
+def sums_for(out, dtype, xp=np):
+    """Where rows of ``dtype`` are summed before they land in out [n, D]: out itself, or,
+    for bf16, a float32 array of its shape (module ``xp``) that store_rows rounds."""
+    acc = accumulator(dtype)
+    return out if acc == row_dtype(dtype) else xp.empty(out.shape, acc)
+
+
 def store_rows(acc: np.ndarray, out: np.ndarray) -> None:
-    """out [n, D] <- acc [n, D] (float32), rounded once to out's dtype (bf16: nearest
-    even); a no-op when out is acc."""
+    """out [n, D] (bf16) <- acc [n, D] (float32), rounded once to nearest even; a no-op
+    when out is acc (rows summed in their own dtype)."""
     if out is acc:
         return
-    if out.shape != acc.shape:
-        raise ValueError(f"out has shape {out.shape}, the sums {acc.shape}")
-    if out.dtype == acc.dtype:
-        out[...] = acc
-    else:
-        _store_rows(np.ascontiguousarray(acc, np.float32), bits(out))
+    if out.shape != acc.shape or out.dtype != BF16:
+        raise ValueError(f"out is {out.dtype} {out.shape}: the sums {acc.shape} round to bf16")
+    _store_rows(np.ascontiguousarray(acc, np.float32), bits(out))
 
 
 @numba.njit(cache=True, parallel=True)

@@ -16,7 +16,7 @@ import torch
 from ..arrays import array_module, held, is_sparse, on_gpu, to_host
 from ..distgraph import DistGraph
 from ..errors import InputError
-from ..precision import BF16, accumulator, is_bf16, torch_dtype
+from ..precision import BF16, accumulator, holds_bf16, is_bf16, torch_dtype
 
 # ---- tensors <-> arrays ------------------------------------------------------------------
 
@@ -37,11 +37,11 @@ def as_tensor(a) -> torch.Tensor:
     """A tensor sharing a numpy or cupy array's memory (BF16 arrays, and cupy's uint16
     words, as bfloat16)."""
     if on_gpu(a):
-        if a.dtype == np.uint16:  # bf16 words: mgg holds no other uint16 rows
+        if holds_bf16(a):  # cupy's bf16: its uint16 words
             return torch.from_dlpack(a.view(np.int16)).view(torch.bfloat16)
         return torch.from_dlpack(a)
     a = np.ascontiguousarray(a)
-    if a.dtype == BF16:
+    if holds_bf16(a):
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(a)
 

@@ -21,7 +21,7 @@ import numpy as np
 from ...errors import InputError
 from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
-from ...precision import BF16, bits, row_dtype, storage
+from ...precision import BF16, bits, holds_bf16, row_dtype, storage
 from ..reference import check_edge_weights
 from .occupancy import FLOAT_BYTES, WARP, Device, Workload, estimate, live_gpu, width_class
 
@@ -236,7 +236,7 @@ def run(
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     p = dplan.plan
     n, d = p.num_local_nodes, cfg.dim
-    bf16 = out.dtype == np.uint16
+    bf16 = holds_bf16(out)
     if x.dtype != out.dtype or out.dtype not in (np.float32, np.uint16):
         raise ValueError(
             f"x and out hold {x.dtype} and {out.dtype} rows: both float32, or both uint16 "
@@ -354,11 +354,11 @@ def aggregate_halo(
         if isinstance(weights, tuple | list):  # uploaded first: cupy's ascontiguousarray
             weights = [cupy.asarray(w) for w in weights]  # takes cupy arrays only
         weights = check_edge_weights(plan, weights, d, cupy)
-    bf16 = x.dtype in (BF16, np.uint16)
+    bf16 = holds_bf16(x)
     rows = np.dtype(np.uint16 if bf16 else np.float32)
     if halo is None:
         halo = np.zeros((1, d), rows)
-    if (halo.dtype in (BF16, np.uint16)) != bf16:
+    if holds_bf16(halo) != bf16:
         raise ValueError(f"x holds {x.dtype} rows but the halo {halo.dtype}: give both in one")
     xd, hd = (cupy.ascontiguousarray(cupy.asarray(bits(a), rows)) for a in (x, halo))
     dp = DevicePlan(plan, dist)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...precision import BF16, bits
+from ...precision import bits, holds_bf16
 
 SOURCE = Path(__file__).with_name("nn.cu")
 THREADS = 256
@@ -47,11 +47,6 @@ def _dev(a, dtype):
     return cupy.ascontiguousarray(cupy.asarray(a, dtype))
 
 
-def _is_bf16(a) -> bool:
-    """Rows of bfloat16: uint16 bits (cupy), or ml_dtypes' bfloat16 (numpy)."""
-    return a.dtype in (BF16, np.uint16)
-
-
 def _rows(a, bf16: bool):
     """Rows on the device, C-contiguous: uint16 bf16 bits, or float32."""
     if bf16:
@@ -64,7 +59,7 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     (mask by the hash of (key, row, col), the same for both; bf16: x * scale rounded once)."""
     import cupy
 
-    bf16 = _is_bf16(x)
+    bf16 = holds_bf16(x)
     x = _rows(x, bf16)
     out = cupy.empty_like(x)
     n, d = x.shape
@@ -149,8 +144,8 @@ def sddmm(indptr, indices, a, b, heads: int):
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
     if out.size == 0:
         return out
-    bf16 = _is_bf16(a)
-    if _is_bf16(b) != bf16:
+    bf16 = holds_bf16(a)
+    if holds_bf16(b) != bf16:
         raise ValueError(f"a holds {a.dtype} rows but b {b.dtype}: give both in one dtype")
     a, b = _rows(a, bf16), _rows(b, bf16)
     if b.shape[1] != a.shape[1]:
