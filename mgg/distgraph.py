@@ -183,11 +183,12 @@ class DistGraph:
         if knobs is not None:
             given = {**{k: getattr(knobs, k) for k in knobs.given}, **given}
         new = Knobs.parse(given, takes=self.takes, job=self.job, base=self.knobs)
-        if new.split != self.knobs.split:
-            raise InputError(
-                f"split {new.split!r}: this graph was cut into ranks by {self.knobs.split!r}; "
-                "a split is chosen when the graph is partitioned"
-            )
+        for k in ("split", "order"):  # chosen when the graph is partitioned
+            if getattr(new, k) != getattr(self.knobs, k):
+                raise InputError(
+                    f"{k} {getattr(new, k)!r}: this graph was partitioned with {k} "
+                    f"{getattr(self.knobs, k)!r}; a {k} is chosen when the graph is partitioned"
+                )
         new = replace(new, window=self._window(new.window))
         self._threads(new.threads)
         if replace(new, threads=None) == replace(self.knobs, threads=None):

@@ -16,6 +16,8 @@ take, which backend takes it, the tuner's search space per device, and its JSON 
            get (device gets) (auto: p2p where every peer maps)
   dtype    what node rows are stored, exchanged and aggregated in:        cpu, cuda
            float32, or bfloat16 summed in float32 (mgg.precision)
+  order    how nodes are numbered before the split (mgg.partition.order): cpu, cuda
+           natural, degree (hubs first), rcm, metis
 
 A value enters once (a flag, a ``--config`` key, a keyword argument, a checkpoint)
 through :meth:`Knobs.parse`, which refuses it naming where it came from and what is
@@ -37,10 +39,14 @@ from .precision import DTYPES
 WINDOWS = ("shm", "rma", "msg")
 SPLITS = ("edges", "nodes", "mixed")
 REMOTES = ("p2p", "get")
+ORDERS = ("natural", "degree", "rcm", "metis")
 AUTO = "auto"  # a flag's spelling of None where a knob has an automatic choice
 TUNABLE = ("ps", "dist", "wpb", "threads", "window")  # what a tuner and configure() set
 # besides the design's
-JOB_KNOBS = {"cpu": ("ps", "split", "threads", "dtype"), "cuda": ("ps", "split", "dtype")}
+JOB_KNOBS = {
+    "cpu": ("ps", "split", "threads", "dtype", "order"),
+    "cuda": ("ps", "split", "dtype", "order"),
+}
 POWERS = (1, 2, 4, 8, 16, 32, 64, 128)
 INT_MAX = 2**31 - 1  # the top of every integer knob and flag: a C int, what kernels take
 
@@ -114,6 +120,12 @@ class Knobs:
         "what node rows are stored, exchanged and aggregated in (bfloat16: half the bytes, "
         "summed in float32; weights stay float32)",
         choices=DTYPES,
+    )
+    order: str = _knob(
+        "natural",
+        "how nodes are numbered before the split: the graph's own order, hubs first "
+        "(degree), reverse Cuthill-McKee (rcm) or METIS's parts (metis, needs pymetis)",
+        choices=ORDERS,
     )
     given: frozenset | None = field(default=None, compare=False, repr=False)
 
@@ -295,6 +307,7 @@ __all__ = [
     "JOB_KNOBS",
     "KnobError",
     "Knobs",
+    "ORDERS",
     "REMOTES",
     "SPECS",
     "SPLITS",

@@ -23,6 +23,7 @@ from .graph.dataset import Dataset, random_features
 from .harness.timing import slowest
 from .knobs import Knobs, space
 from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
+from .partition import order as node_order
 from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
@@ -41,6 +42,8 @@ class LocalData:
     x  float32 tensor [n, F] or SparseRows;  y int64 tensor [n];  masks bool tensors [n]
     identity  what the job trains on, the same on every rank (prepare; checkpoints record
               it and a resume must match it: mgg.checkpoint.check_data)
+    node_ids  int64 [n] (numpy): the original id of each row; the rows are in the job's
+              node order (``order``: its name, computed in ``order_seconds``)
     """
 
     x: torch.Tensor | SparseRows
@@ -52,6 +55,9 @@ class LocalData:
     num_classes: int
     notes: str = ""
     identity: dict = field(default_factory=dict)
+    node_ids: np.ndarray | None = None
+    order: str = "natural"
+    order_seconds: float = 0.0
 
 
 def prepare(
@@ -65,6 +71,7 @@ def prepare(
     design: str = "pipelined",
     backend: str | Backend = "cpu",
     source: dict | None = None,
+    order_file=None,
     **given,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
@@ -79,6 +86,9 @@ def prepare(
     without features get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random
     ones. Wide dense features that are mostly zeros (bag-of-words) are stored sparse.
     ``row_normalize`` scales each feature row to sum 1 (Kipf & Welling's preprocessing).
+    The knob ``order`` (or ``order_file``, a saved permutation: mgg.partition.order)
+    renumbers the nodes before the split; the data keeps its original ids
+    (``LocalData.node_ids``), the split and generated features are those of natural order.
     ``source``: where ``dataset`` came from (``mgg.graph.specs.dataset_source``; a sharded
     dataset's default is its manifest's), recorded in ``LocalData.identity`` with the
     sizes, graph kind and the flags that changed the data (row_normalize; seed where it
@@ -91,7 +101,7 @@ def prepare(
     knobs = Knobs.parse(given, takes=be.takes(design), job=be.job(design), base=knobs)
     size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
     if isinstance(dataset, ShardedDataset):
-        dataset.check_job(size, kind, model, knobs)
+        dataset.check_job(size, kind, model, knobs, order_file)
         if not dataset.labels:
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
         shard = dataset.open(rank, size)
@@ -99,24 +109,32 @@ def prepare(
         rows, n = shard.rows, dataset.num_nodes
         source = dataset.manifest.get("source") if source is None else source
         seeded = False  # its split was made when it was partitioned
+        order = (dataset.order, dataset.manifest.get("order_seconds", 0.0))
     else:
         if dataset.y is None:
             raise ValueError(
                 f"dataset {dataset.name!r} has no labels: node classification needs them"
             )
-        g = job_graph(dataset.graph, kind)
+        ordered = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
+        g = job_graph(ordered.apply(dataset.graph), kind)
         dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
-        rows, n = dataset.rows(dg.lb, dg.ub, seed), dataset.graph.num_nodes
+        ids = None if ordered.natural else ordered.ids(dg.lb, dg.ub)
+        rows, n = dataset.rows(dg.lb, dg.ub, seed, ids), dataset.graph.num_nodes
         seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split
+        order = (ordered.name, ordered.seconds)
     dg.seed = seed
     lb, ub = dg.lb, dg.ub
+    node_ids = rows.node_ids(lb, ub)
     notes = rows.notes
+    if order[0] != "natural":
+        notes += f"; nodes in {order[0]} order ({order[1]:.2f} s)"
     if rows.x is None:
         if n <= FEATURELESS_IDENTITY_MAX:
-            x = sp.identity(n, np.float32, format="csr")[lb:ub]
+            ones = np.ones(ub - lb, np.float32)
+            x = sp.csr_matrix((ones, node_ids, np.arange(ub - lb + 1)), shape=(ub - lb, n))
             notes += "; features: one-hot node ids"
         else:
-            x = random_features(seed, lb, ub, FEATURELESS_WIDTH)
+            x = random_features(seed, lb, ub, FEATURELESS_WIDTH, ids=rows.ids)
             notes += f"; features: {FEATURELESS_WIDTH} seeded random"
             seeded = True
     else:
@@ -154,6 +172,9 @@ def prepare(
         num_features=int(x.shape[1]),
         num_classes=int(rows.num_classes),
         notes=notes.strip("; "),
+        node_ids=node_ids,
+        order=order[0],
+        order_seconds=order[1],
     )
     where = dict(source or {})
     data.identity = {
@@ -436,6 +457,16 @@ class Trainer:
             "loss": float(tot[0] / self.train_count),
             **dict(zip(("train_acc", "val_acc", "test_acc"), acc, strict=True)),
         }
+
+    @torch.no_grad()
+    def predict(self) -> tuple[np.ndarray, np.ndarray]:
+        """This rank's predictions by original node id, without dropout (collective: the
+        forward pass is): (ids int64 [n], classes int64 [n], or for multi-label targets
+        sigmoid scores float32 [n, T])."""
+        self.model.eval()
+        logits = self._logits()
+        out = torch.sigmoid(logits.float()) if self.multilabel else logits.argmax(1)
+        return self.data.node_ids, out.cpu().numpy()
 
     def _global_rocauc(self, logits, masks) -> list[float]:
         """ROC-AUC of each mask's rows over all ranks: rank 0 gathers the scores and

@@ -144,7 +144,44 @@ CASES = [
         ["train", "--dataset", P, "--wpb", "8"],
         2,
         r"--wpb is not a knob of the pipelined design on cpu, which takes ps, dist, threads, "
-        r"window, split, dtype$",
+        r"window, split, dtype, order$",
+    ),
+    # ---- node orders ---------------------------------------------------------------------
+    (
+        "order-bogus",
+        ["train", "--dataset", P, "--order", "random"],
+        2,
+        r"--order: must be one of natural, degree, rcm, metis, got 'random'",
+    ),
+    (
+        "order-file-missing",
+        ["check", P, "--order-file", "{d}/none.npy"],
+        2,
+        r"none.npy: no such order file$",
+    ),
+    (
+        "order-file-short",
+        ["tune", P, "--order-file", "{d}/short_order.npy"],
+        2,
+        r"short_order.npy: 299 entries, but the graph has 300 nodes: an order of another graph$",
+    ),
+    (
+        "order-file-repeats",
+        ["partition", P, "--np", "2", "--order-file", "{d}/repeat_order.npy"],
+        2,
+        r"repeat_order.npy: node 7 appears 2 times \(and 1 nodes not at all\): not a perm",
+    ),
+    (
+        "order-file-and-order",
+        ["train", "--dataset", P, "--order", "rcm", "--order-file", "{d}/short_order.npy"],
+        2,
+        r"--order rcm and --order-file .*short_order.npy: give one of them$",
+    ),
+    (
+        "order-on-shards",
+        ["check", "{d}/shards", "--order", "degree"],
+        2,
+        r"shards: its nodes were ordered when it was written \(natural\); --order degree does",
     ),
     (
         "dtype-half",
@@ -550,6 +587,8 @@ def corpus(tmp_path_factory):
     _write(d / "multilabel.npz", y=y2, train_mask=None, val_mask=None, test_mask=None)
     _write(d / "train_only.npz", val_mask=None, test_mask=None)
     _write(d / "neg_weights_ok.npz", weights=-0.5)
+    np.save(d / "short_order.npy", np.arange(299))
+    np.save(d / "repeat_order.npy", np.r_[np.arange(299), 7])
     (d / "plain").mkdir()
     assert main(["partition", P, "--np", "2", "--out", str(d / "shards")]) == 0
     shutil.copytree(d / "shards", d / "shards_nm")

@@ -38,7 +38,7 @@ PLANTED = "planted:nodes=600,classes=3,degree=6"
         ({"window": "ssh"}, r"^--window: must be one of shm, rma, msg or auto, got 'ssh'$"),
         ({"split": "halves"}, r"^--split: must be one of edges, nodes, mixed, got 'halves'$"),
         ({"remote": "dma"}, r"^--remote: must be one of p2p, get or auto, got 'dma'$"),
-        ({"order": "rcm"}, r"^--order is not a knob; the knobs are ps, dist, wpb, threads, "),
+        ({"layers": 3}, r"^--layers is not a knob; the knobs are ps, dist, wpb, threads, "),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_flag_and_what_is_allowed(given, message):
@@ -59,10 +59,12 @@ def test_a_value_enters_once_and_is_remembered_as_given():
 
 def test_each_backend_and_design_takes_its_own_knobs():
     cpu, cuda = get_backend("cpu"), get_backend("cuda")
-    assert cpu.takes("pipelined") == ("ps", "dist", "threads", "window", "split", "dtype")
-    assert cpu.takes("bulk_halo") == ("ps", "threads", "window", "split", "dtype")
+    assert cpu.takes("pipelined") == (
+        "ps", "dist", "threads", "window", "split", "dtype", "order",
+    )  # fmt: skip
+    assert cpu.takes("bulk_halo") == ("ps", "threads", "window", "split", "dtype", "order")
     assert cpu.takes("bulk_halo", "pipelined") == cpu.takes("pipelined")
-    assert cuda.takes("pipelined") == ("ps", "dist", "wpb", "split", "remote", "dtype")
+    assert cuda.takes("pipelined") == ("ps", "dist", "wpb", "split", "remote", "dtype", "order")
     for backend, knob in ((cpu, "wpb"), (cpu, "remote"), (cuda, "window"), (cuda, "threads")):
         with pytest.raises(KnobError, match=f"^{knob} is not a knob of the pipelined design"):
             Knobs.parse(
@@ -129,8 +131,10 @@ def test_distgraph_takes_knobs_and_rebuilds_only_what_changed(rng):
     assert (dg.plan.ps, dg.knobs.dist, dg.knobs.split) == (5, 3, "mixed")
     with pytest.raises(KnobError, match="wpb is not a knob of the pipelined design on cpu"):
         dg.configure(wpb=2)
-    with pytest.raises(ValueError, match="split 'nodes': this graph was cut into ranks by"):
+    with pytest.raises(ValueError, match="split 'nodes': this graph was partitioned with split"):
         dg.configure(split="nodes")
+    with pytest.raises(ValueError, match="order 'rcm': this graph was partitioned with order"):
+        dg.configure(order="rcm")
     other = DistGraph(plan, None, knobs=Knobs(ps=7))
     assert other.plan.ps == 7 and other.plan.local_indptr is plan.local_indptr
 

@@ -10,12 +10,13 @@ from .common import (
     knob_args,
     knobs_of,
     open_dataset,
+    order_file_arg,
     quiet,
     renamed,
     sizes,
 )
 
-KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype")
+KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype", "order")
 EVERY_WINDOW = ("all", "each design on every window it takes that the job can use")
 
 
@@ -27,6 +28,7 @@ def add(sub):
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     knob_args(s, KNOBS, extra={"window": EVERY_WINDOW})
+    order_file_arg(s)
     renamed(s, "--mode", "remote")
     s.add_argument("--repeat", type=integer(1), default=5, help="timed runs per design (median)")
     s.add_argument("--outputs", help="rank 0 saves each output as DIR/DESIGN-OP-WINDOW.npy")
@@ -51,7 +53,10 @@ def main(args) -> int:
         raise ValueError("--window all compares the MPI windows of the cpu backend")
     comm = backend.comm(knobs)  # first: from here on a failing rank aborts the job
     ds = open_dataset(args.graph, args.scale, args.seed)
-    mem = check_job(ds, comm.size, "check", source=args.graph, dim=args.dim, dtype=knobs.dtype)
+    order = "file" if args.order_file else knobs.order
+    mem = check_job(
+        ds, comm.size, "check", source=args.graph, dim=args.dim, dtype=knobs.dtype, order=order
+    )
     result = check(
         ds,
         backend,
@@ -64,6 +69,7 @@ def main(args) -> int:
         repeat=args.repeat,
         seed=args.seed,
         outputs=args.outputs,
+        order_file=args.order_file,
     )
     if comm.rank == 0:
         if not quiet(args):
@@ -71,6 +77,7 @@ def main(args) -> int:
             print(
                 f"{ds.name}: {n:,} nodes, {e:,} edges, P={comm.size}, D={args.dim}, "
                 f"ps={result['ps']}, dist={result['dist']}, {result['dtype']}"
+                + ("" if result["order"] == "natural" else f", {result['order']} order")
             )
             rows = [
                 [r["design"], r["op"], r["window"], "ok" if r["ok"] else "MISMATCH"]

@@ -24,6 +24,11 @@ CONFIG = (
     "--out writes one); a flag given too must agree"
 )
 
+ORDER_FILE = (
+    "number the nodes in this saved order before the split: a .npy permutation (new id -> "
+    "original id), as mgg partition --order X --save-order F.npy writes it"
+)
+
 INPUTS: list[str] = []  # the graphs this command opened, for its error messages
 
 
@@ -41,6 +46,10 @@ def scale_arg(s) -> None:
         default=None,
         help="scale factor of a stand-in without its own :scale= (refused for anything else)",
     )
+
+
+def order_file_arg(s) -> None:
+    s.add_argument("--order-file", default=None, help=ORDER_FILE)
 
 
 def knob_args(s, names, extra: dict | None = None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 
+from ..knobs import Knobs, flag_help
 from ..memory import peak_rss_mb
 from .common import (
     emit,
@@ -13,13 +14,15 @@ from .common import (
     graph_args,
     integer,
     knob_args,
+    knob_type,
     knobs_of,
     open_dataset,
+    order_file_arg,
     quiet,
     renamed,
 )
 
-KNOBS = ("ps", "split", "dtype")  # dtype: of the features --out stores
+KNOBS = ("ps", "split", "dtype")  # dtype: of the features --out stores; --order: orders()
 MODEL = (
     "the graph the plans are of: a model's (gcn, sage, gin, gat) or a graph kind (as_is, "
     "gcn_norm, self_loops, no_self_loops); default gcn with --out, else the graph as given"
@@ -28,6 +31,8 @@ DISTRIBUTED = (
     "launched with mggrun -np P: each rank reads only its slice of FILE (edge list, MGG "
     "binary CSR or .npz) and builds its own plan"
 )
+ORDER = "; without --out, a comma-separated list compares them (e.g. natural,rcm,metis)"
+SAVE_ORDER = "write the order to this .npy, for --order-file (the distributed partitioner's)"
 
 
 def add(sub):
@@ -39,6 +44,11 @@ def add(sub):
         "--np", type=integer(1), default=None, help="number of ranks P (--distributed: the job's)"
     )
     knob_args(s, KNOBS)
+    s.add_argument(
+        "--order", dest="orders", type=orders, default=None, help=flag_help("order") + ORDER
+    )
+    order_file_arg(s)
+    s.add_argument("--save-order", default=None, help=SAVE_ORDER)
     renamed(s, "--mode", "split")
     s.add_argument("--no-transposed", action="store_true", help="skip the backward plans")
     s.add_argument("--out", help="write a sharded dataset to this folder (each rank opens its own)")
@@ -49,15 +59,32 @@ def add(sub):
     return s
 
 
+def orders(text: str) -> list[str]:
+    """argparse type of --order: one order, or a comma-separated list of them."""
+    names = text.split(",")
+    for name in names:
+        knob_type("order")(name)
+    return names
+
+
 def main(args) -> int:
     from ..graph.core import job_graph
     from ..graph.specs import dataset_source
     from ..memory import check_job
     from ..partition import build_plan, plan_stats
-    from ..partition.shards import ShardedDataset, check_target, write_sharded
+    from ..partition import order as node_order
+    from ..partition.shards import ShardedDataset, check_target, order_info, write_sharded
     from ..precision import as_rows
 
+    names = args.orders or ["natural"]
+    if len(names) > 1 and (args.out or args.save_order or args.distributed):
+        raise ValueError(
+            f"--order {','.join(names)}: several orders are compared in a report; --out, "
+            "--save-order and --distributed take one"
+        )
     knobs = knobs_of(args, KNOBS, "mgg partition")
+    if args.orders:
+        knobs = Knobs.parse({"order": names[0]}, base=knobs)
     if args.out and args.no_transposed:
         raise ValueError("--out writes shards to train on, which need the transposed plans")
     kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
@@ -67,37 +94,69 @@ def main(args) -> int:
         check_target(args.out, args.force)
     if args.np is None:
         raise ValueError("--np P is required (the number of ranks to partition for)")
+    if args.save_order and (args.order_file or names == ["natural"]):
+        raise ValueError("--save-order writes the order that --order computes (degree, rcm, metis)")
     t0 = time.perf_counter()
     ds = open_dataset(args.graph, args.scale, args.seed)
     if isinstance(ds, ShardedDataset):
         raise ValueError(f"{args.graph}: already a sharded dataset (partitioned for np={ds.np})")
     load_s = time.perf_counter() - t0
-    mem = check_job(ds, args.np, "partition", source=args.graph)
-    t0 = time.perf_counter()
-    plans = build_plan(
-        job_graph(ds.graph, kind),
-        args.np,
-        knobs.ps,
-        split=knobs.split,
-        transposed=not args.no_transposed,
-    )
-    stats = [q.stats() for q in plans]
-    st = {**plan_stats(stats, time.perf_counter() - t0), "graph": ds.name, "kind": kind}
-    st["load_seconds"] = load_s
+    heaviest = "file" if args.order_file else max(names, key=_heavy)
+    mem = check_job(ds, args.np, "partition", source=args.graph, order=heaviest)
+    every = []
+    for name in names:
+        order = node_order.for_job(
+            ds.graph, name, parts=args.np, path=args.order_file, seed=args.seed
+        )
+        t0 = time.perf_counter()
+        plans = build_plan(
+            job_graph(order.apply(ds.graph), kind),
+            args.np,
+            knobs.ps,
+            split=knobs.split,
+            transposed=not args.no_transposed,
+        )
+        stats = [q.stats() for q in plans]
+        st = {**plan_stats(stats, time.perf_counter() - t0), "graph": ds.name, "kind": kind}
+        st.update(order=order.name, order_seconds=order.seconds)
+        every.append(_order_facts(st))
+    st.update(load_seconds=load_s, orders=every)
+    if args.save_order:
+        node_order.save(args.save_order, order, node_order.fingerprint_of(ds.graph))
+        st["order_file"] = args.save_order
     if args.out:
         t0 = time.perf_counter()
-        rows = [ds.rows(p.lb, p.ub, args.seed) for p in plans]
+        ids = [None if order.natural else order.ids(p.lb, p.ub) for p in plans]
+        rows = [ds.rows(p.lb, p.ub, args.seed, i) for p, i in zip(plans, ids, strict=True)]
         rows = [r._replace(x=as_rows(r.x, knobs.dtype, f"{args.graph}'s features")) for r in rows]
         source = {
             **dataset_source(args.graph, args.scale, args.seed),
             "num_edges": ds.graph.num_edges,
         }
-        write_sharded(args.out, plans, rows, kind, source, force=args.force)
+        info = order_info(order.name, order.seconds)
+        write_sharded(args.out, plans, rows, kind, source, force=args.force, order=info)
         st.update(out=args.out, write_seconds=time.perf_counter() - t0)
     st["peak_rss_mb"] = [peak_rss_mb()]
     st["memory_estimate_mb"] = mem
     _report(args, st, stats)
     return 0
+
+
+def _heavy(name: str) -> int:
+    from ..memory import ORDER_STRUCTURE_PER_EDGE
+
+    return ORDER_STRUCTURE_PER_EDGE.get(name, 0) + (name != "natural")
+
+
+def _order_facts(st: dict) -> dict:
+    """What --json reports of each order: its time, the remote-edge fraction, the halo rows
+    (per rank and in all) and the edge imbalance."""
+    keys = ("order", "order_seconds", "plan_seconds", "remote_fraction", "halo_rows")
+    return {
+        **{k: st[k] for k in keys},
+        "halo_rows_per_rank": st["halo_rows_per_rank"],
+        "imbalance": st["imbalance"],
+    }
 
 
 def _graph_kind(model: str | None, default: str) -> str:
@@ -128,6 +187,11 @@ def _distributed(args, knobs, kind: str) -> int:
             "generators and folders are partitioned in one process (drop --distributed)"
         )
     refuse_scale(args.scale, args.graph, "a file")
+    if args.save_order:
+        raise ValueError(
+            "--save-order: --distributed reads orders (--order-file); compute one in one "
+            "process: mgg partition FILE --np P --order X --save-order F.npy"
+        )
     st, stats = partition_file(
         args.graph,
         comm,
@@ -137,7 +201,9 @@ def _distributed(args, knobs, kind: str) -> int:
         out=args.out,
         force=args.force,
         seed=args.seed,
+        order_file=args.order_file,
     )
+    st["orders"] = [_order_facts(st)]
     st["peak_rss_mb"] = comm.allgather(peak_rss_mb())
     if comm.rank == 0:
         _report(args, st, stats)
@@ -165,6 +231,22 @@ def _report(args, st, stats) -> None:
             f"{st['remote_fraction']:.3f} · remote rows fetched once: {st['halo_rows']:,} of "
             f"{st['remote_edges']:,} remote edges ({st['dedup_saving']:.2f}x fewer)"
         )
+        if len(st["orders"]) > 1:
+            base = st["orders"][0]["halo_rows"]
+            rows = [
+                [o["order"], f"{o['order_seconds']:.3f}", f"{o['plan_seconds']:.3f}"]
+                + [f"{o['remote_fraction']:.3f}", o["halo_rows"], max(o["halo_rows_per_rank"])]
+                + [f"{o['halo_rows'] / base:.3f}" if base else "-", f"{o['imbalance']:.3f}"]
+                for o in st["orders"]
+            ]
+            heads = ["order", "order s", "plan s", "remote fraction", "halo rows"]
+            heads += ["max per rank", f"vs {st['orders'][0]['order']}", "imbalance"]
+            print(f"the table above is of the last order, {st['order']}")
+            print(format_table(rows, heads))
+        elif st["order"] != "natural":
+            print(f"nodes in {st['order']} order, computed in {st['order_seconds']:.3f} s")
+        if "order_file" in st:
+            print(f"order saved to {st['order_file']} (for --order-file)")
         if "out" in st:
             print(f"sharded dataset written to {st['out']}/ in {st['write_seconds']:.2f} s")
     emit(args, st)

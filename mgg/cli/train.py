@@ -20,12 +20,13 @@ from .common import (
     knobs_of,
     number,
     open_dataset,
+    order_file_arg,
     quiet,
     scale_arg,
     sizes,
 )
 
-KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype")
+KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype", "order")
 MODEL = (
     "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
     "mgg.torch.MODELS"
@@ -66,6 +67,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
+    order_file_arg(s)
     s.add_argument("--config", type=config, default=None, help=CONFIG)
     s.add_argument(
         "--tune",
@@ -116,7 +118,8 @@ def main(args) -> int:
     ds = open_dataset(args.dataset, args.scale, args.seed)
     mem = check_job(ds, comm.size, "train", source=args.dataset, model=spec,
                     hidden=args.hidden, layers=args.layers, heads=args.heads,
-                    optimizer=args.optimizer, dtype=knobs.dtype)  # fmt: skip
+                    optimizer=args.optimizer, dtype=knobs.dtype,
+                    order="file" if args.order_file else knobs.order)  # fmt: skip
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -130,6 +133,7 @@ def main(args) -> int:
         source=None
         if isinstance(ds, ShardedDataset)
         else dataset_source(args.dataset, args.scale, args.seed),
+        order_file=args.order_file,
     )
     setup_s = time.perf_counter() - t0
     model = build_model(
@@ -185,6 +189,8 @@ def main(args) -> int:
         "np": comm.size,
         "epochs": args.epochs,
         "dtype": dg.knobs.dtype,
+        "order": data.order,
+        "order_seconds": data.order_seconds,
         "num_nodes": num_nodes,
         "num_edges": num_edges,
         "setup_s": setup_s,

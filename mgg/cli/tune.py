@@ -12,11 +12,12 @@ from .common import (
     knobs_of,
     number,
     open_dataset,
+    order_file_arg,
     quiet,
     renamed,
 )
 
-KNOBS = ("window", "split", "remote", "dtype")  # fixed; ps, dist, wpb or threads searched
+KNOBS = ("window", "split", "remote", "dtype", "order")  # fixed; ps, dist, wpb or threads searched
 START = "start at the model's guess (its ranking orders the moves), or at (1, 1, 1) as the paper"
 
 
@@ -27,6 +28,7 @@ def add(sub):
     s.add_argument("--op", default="gcn", help="sum|mean|gcn|gin")
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     knob_args(s, KNOBS)
+    order_file_arg(s)
     renamed(s, "--mode", "remote")
     s.add_argument("--start", choices=["model", "origin"], default="model", help=START)
     s.add_argument(
@@ -91,6 +93,7 @@ def main(args) -> int:
         grid_rounds=args.grid_rounds,
         confirm=args.confirm,
         seed=args.seed,
+        order_file=args.order_file,
     )
     if comm.rank != 0:
         return 0

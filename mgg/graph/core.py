@@ -170,6 +170,27 @@ class Graph:
         )
         return Graph(self.indptr, indices, w, self.num_nodes, symmetric=self.symmetric, check=False)
 
+    def permute(self, perm, rank=None) -> Graph:
+        """The graph with original node ``perm[i]`` renamed i (perm int [N], a permutation:
+        new id -> original id; ``rank``: its inverse, if known); each row's sources come out
+        sorted, weights with them."""
+        perm = np.asarray(perm, np.int64)
+        if rank is None:
+            rank = np.empty(perm.size, np.int64)
+            rank[perm] = np.arange(perm.size, dtype=np.int64)
+        indptr = np.zeros(self.num_nodes + 1, np.int64)
+        np.cumsum(self.in_degrees()[perm], out=indptr[1:])
+        indices = np.empty_like(self.indices)
+        has_w = self.weights is not None
+        w_in = self.weights if has_w else np.empty(0, np.float32)
+        w = np.empty(self.num_edges if has_w else 0, np.float32)
+        _permute_rows(self.indptr, self.indices, w_in, perm, rank, indptr, indices, w, has_w)
+        _sort_rows(indptr, indices, w, has_w)
+        return Graph(
+            indptr, indices, w if has_w else None, self.num_nodes,
+            symmetric=self.symmetric, check=False,
+        )  # fmt: skip
+
     def dedup(self) -> Graph:
         """Sort rows and merge duplicate edges (their weights are summed)."""
         s = self.sort_rows()
@@ -376,6 +397,16 @@ def _transpose_fill(indptr, indices, w_in, pos, t_indices, w_out, has_w):
             if has_w:
                 w_out[p] = w_in[e]
             pos[u] = p + 1
+
+
+@numba.njit(cache=True, parallel=True)
+def _permute_rows(indptr, indices, w_in, perm, rank, new_ptr, new_indices, w_out, has_w):
+    for v in numba.prange(perm.size):
+        a, b, o = indptr[perm[v]], indptr[perm[v] + 1], new_ptr[v]
+        for e in range(a, b):
+            new_indices[o + e - a] = rank[indices[e]]
+            if has_w:
+                w_out[o + e - a] = w_in[e]
 
 
 @numba.njit(cache=True, parallel=True)

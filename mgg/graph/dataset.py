@@ -30,7 +30,8 @@ MASKS = ("train_mask", "val_mask", "test_mask")
 class NodeRows(NamedTuple):
     """Rows lb..ub-1 of a dataset's node data (n = ub - lb): x float32 [n, F] or CSR,
     y labels [n], masks (train, val, test) bool [n] each; None where absent.
-    num_classes and name are the whole dataset's; notes say what was filled in."""
+    num_classes and name are the whole dataset's; notes say what was filled in; ids
+    int64 [n] the original node ids of the rows under a node order (None: lb..ub-1)."""
 
     x: np.ndarray | sp.csr_matrix | None
     y: np.ndarray | None
@@ -38,6 +39,13 @@ class NodeRows(NamedTuple):
     num_classes: int | None
     name: str
     notes: str = ""
+    ids: np.ndarray | None = None
+
+    def node_ids(self, lb: int, ub: int) -> np.ndarray:
+        """int64 [ub - lb]: the original id of each row (rows of new ids lb..ub-1)."""
+        if self.ids is None:
+            return np.arange(lb, ub, dtype=np.int64)
+        return np.asarray(self.ids, np.int64)
 
 
 @dataclass
@@ -110,9 +118,11 @@ class Dataset:
                 setattr(self, k, m)
         check_split(self.name, {k: getattr(self, k) for k in MASKS})
 
-    def rows(self, lb: int, ub: int, seed: int = 0) -> NodeRows:
-        """This dataset's node data for nodes lb..ub-1; labeled datasets without a split get
-        make_split's (20 train, 30 val per class, seeded)."""
+    def rows(self, lb: int, ub: int, seed: int = 0, ids=None) -> NodeRows:
+        """This dataset's node data for nodes lb..ub-1, or, under a node order, for the
+        original nodes ``ids`` (int [ub - lb]); labeled datasets without a split get
+        make_split's (20 train, 30 val per class, seeded, over the original ids)."""
+        take = slice(lb, ub) if ids is None else np.asarray(ids, np.int64)
         notes, masks = "", None
         if self.y is not None:
             if self.train_mask is None:
@@ -122,21 +132,18 @@ class Dataset:
                         "and test masks"
                     )
                 what = f"labels up to {self.num_classes - 1:,}"
-                masks, notes = default_split(
-                    self.y, self.num_classes, lb, ub, seed, self.name, what
-                )
+                masks, notes = default_split(self.y, self.num_classes, take, seed, self.name, what)
             else:
                 given = (getattr(self, k) for k in MASKS)
-                masks, notes = given_split(
-                    [None if m is None else m[lb:ub] for m in given], ub - lb
-                )
+                masks, notes = given_split([None if m is None else m[take] for m in given], ub - lb)
         return NodeRows(
-            None if self.x is None else self.x[lb:ub],
-            None if self.y is None else self.y[lb:ub],
+            None if self.x is None else self.x[take],
+            None if self.y is None else self.y[take],
             masks,
             self.num_classes,
             self.name,
             notes,
+            ids if ids is None else take,
         )
 
     def _check_multilabel(self, n: int) -> None:
@@ -202,12 +209,12 @@ def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> 
                 )
 
 
-def default_split(y, num_classes: int, lb: int, ub: int, seed: int, source, what: str):
-    """(rows lb..ub-1 of make_split's masks, the note saying so) for labels ``y`` [N] with
-    no split of their own; ``what`` names the labels in a ResourceError (make_split
-    counts per class)."""
+def default_split(y, num_classes: int, take, seed: int, source, what: str):
+    """(the rows ``take`` (a slice or ids) of make_split's masks, the note saying so) for
+    labels ``y`` [N] with no split of their own; ``what`` names the labels in a
+    ResourceError (make_split counts per class)."""
     require(24 * num_classes, what, source)
-    masks = tuple(m[lb:ub] for m in make_split(y, int(num_classes), 20, 30, seed=seed))
+    masks = tuple(m[take] for m in make_split(y, int(num_classes), 20, 30, seed=seed))
     return masks, "split: 20 train / 30 val per class (seeded), the rest test"
 
 
@@ -225,9 +232,24 @@ def check_train_selects(name: str, count: int) -> None:
         raise GraphError(f"{name}: the train mask selects no node: nothing to learn from")
 
 
-def random_features(seed: int, lb: int, ub: int, dim: int, block: int = 4096) -> np.ndarray:
+def random_features(
+    seed: int, lb: int, ub: int, dim: int, block: int = 4096, ids=None
+) -> np.ndarray:
     """Rows lb..ub-1 of a deterministic random float32 [N, dim] matrix, the same whatever
-    the split: block b of ``block`` rows comes from its own seeded generator."""
+    the split: block b of ``block`` rows comes from its own seeded generator. ``ids``
+    (int [ub - lb]): the rows of those original ids instead (a node order's; each block
+    they touch is generated once)."""
+    if ids is not None:
+        ids = np.asarray(ids, np.int64)
+        out = np.empty((ids.size, dim), np.float32)
+        order = np.argsort(ids, kind="stable")
+        blocks = ids[order] // block
+        starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]]) if ids.size else []
+        for a, z in zip(starts, [*starts[1:], ids.size], strict=True):
+            b = int(blocks[a])
+            rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)
+            out[order[a:z]] = rows[ids[order[a:z]] - b * block]
+        return out
     out = np.empty((ub - lb, dim), np.float32)
     for b in range(lb // block, -(-ub // block)):
         rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)

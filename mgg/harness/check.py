@@ -15,6 +15,8 @@ from ..graph.dataset import Dataset, random_features
 from ..kernels import OPS, reference
 from ..knobs import DEFAULTS, Knobs
 from ..partition import PartitionPlan, build_plan
+from ..partition import order as node_order
+from ..partition.order import Order
 from ..partition.shards import ShardedDataset
 from ..precision import accumulator, from_storage, is_bf16, row_dtype
 from .timing import time_round_robin
@@ -43,12 +45,14 @@ def relative_error(got, want) -> float:
 
 
 def verify_and_time(
-    backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=DEFAULTS
-) -> tuple[list[dict], dict]:
+    backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=DEFAULTS,
+    order: Order | None = None,
+) -> tuple[list[dict], dict]:  # fmt: skip
     """Set up the designs ``names`` of ``backend`` on this rank's ``plan`` (each with the
     ``knobs`` it takes; rows of ``knobs.dtype``), write x [n, D] and call each once,
-    gather every output on rank 0 (compared with ref [N, D] there), then time them
-    round-robin. Collective.
+    gather every output on rank 0 (indexed by original node id under the plan's node
+    ``order``, which rank 0 holds; compared with ref [N, D], by original id, there), then
+    time them round-robin. Collective.
 
     returns (runs: one dict per design, outputs: {name: [N, D]} on rank 0, {} elsewhere)
     """
@@ -65,7 +69,7 @@ def verify_and_time(
             outs[name] = d(op, eps=EPS)
             whole = gather_rows(comm, outs[name], dtype)
             if comm.rank == 0:
-                outputs[name] = whole
+                outputs[name] = whole = (order or Order()).to_original(whole)
                 errors[name] = relative_error(whole, ref) if ref is not None else None
         errors = comm.bcast(errors)
         calls = {
@@ -110,12 +114,16 @@ def check(
     repeat: int = 5,
     seed: int = 0,
     outputs=None,
+    order_file=None,
 ) -> dict:
     """``mgg check``: every design ``names`` (default all) of ``backend`` on every op,
     each with the ``knobs`` it takes (its window: the knob's, or the design's default;
     ``every_window``: each design on every window it takes that this job can use), each
-    verified against scipy on rank 0 and timed. Features are random_features(seed), in
-    ``knobs.dtype`` (bf16: scipy sums the rounded features, in float64).
+    verified against scipy on rank 0 and timed. Features are random_features(seed) by
+    original node id, in ``knobs.dtype`` (bf16: scipy sums the rounded features, in
+    float64). The graph is renumbered in the node order (``knobs.order``, or
+    ``order_file``); the oracle sees the graph as given, and the outputs are compared
+    (and saved) by original node id.
 
     returns {"graph", "np", "dim", "ps", "dist", "backend", "designs": {name: {ok,
     seconds, window}} (best window), "runs": [...]}; with ``outputs`` (a folder), rank 0
@@ -138,10 +146,17 @@ def check(
     ps = knobs.ps
     shard_plan = graph_root = None
     if isinstance(dataset, ShardedDataset):
-        shard_plan = sharded_plan(dataset, comm, "gcn" in ops, knobs)
+        shard_plan, ids = sharded_plan(dataset, comm, "gcn" in ops, knobs, order_file)
         ps = shard_plan.ps
+        # the oracle's graph is the shards' (renumbered) one: back to original ids by its
+        # rows' ids, which make the order
         graph_root = _graph_on_root(comm, shard_plan)
+        parts = comm.gather(ids, root=0)
+        order = Order(dataset.order, np.concatenate(parts)) if comm.rank == 0 else None
+        if graph_root is not None and dataset.order != "natural":
+            graph_root = graph_root.permute(order.rank)
     else:
+        order = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
         g0 = dataset.graph
         gcn_graph = g0.gcn_norm() if "gcn" in ops else None
     result = {
@@ -152,6 +167,7 @@ def check(
         "dist": knobs.dist,
         "split": knobs.split,
         "dtype": knobs.dtype,
+        "order": dataset.order if shard_plan is not None else order.name,
         "backend": backend.name,
         "designs": {},
         "runs": [],
@@ -163,9 +179,12 @@ def check(
             g, plan = graph_root, shard_plan
         else:
             g = gcn_graph if op == "gcn" else g0
-            plan = build_plan(g, comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False)
+            plan = build_plan(
+                order.apply(g), comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False
+            )
+            ids = order.ids(plan.lb, plan.ub)
         dtype = row_dtype(knobs.dtype)
-        x = random_features(seed, plan.lb, plan.ub, dim).astype(dtype)
+        x = random_features(seed, plan.lb, plan.ub, dim, ids=ids).astype(dtype)
         ref = None
         if comm.rank == 0:
             x0 = random_features(seed, 0, g.num_nodes, dim).astype(dtype)
@@ -176,7 +195,7 @@ def check(
             if every_window:
                 takes = [n for n in names if window in backend.design(n).windows]
             runs, outs = verify_and_time(
-                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=these
+                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=these, order=order
             )
             for run in runs:
                 run.setdefault("window", window)  # the one the design used
@@ -195,17 +214,22 @@ def check(
     return result
 
 
-def sharded_plan(dataset: ShardedDataset, comm, weighted: bool, knobs=DEFAULTS) -> PartitionPlan:
+def sharded_plan(
+    dataset: ShardedDataset, comm, weighted: bool, knobs=DEFAULTS, order_file=None
+) -> tuple[PartitionPlan, np.ndarray]:
     """This rank's plan from a sharded dataset (``weighted``: an op needs edge weights),
-    cut with ``knobs.ps`` where one was given, else the dataset's."""
-    dataset.check_job(comm.size, knobs=knobs)
-    plan = dataset.open(comm.rank, comm.size).plan
+    cut with ``knobs.ps`` where one was given, else the dataset's, and the original ids
+    of its rows (int64 [n])."""
+    dataset.check_job(comm.size, knobs=knobs, order_file=order_file)
+    shard = dataset.open(comm.rank, comm.size)
+    plan = shard.plan
     if weighted and not plan.has_weights:
         raise ValueError(
             f"{dataset.path}: op 'gcn' needs edge weights, and this dataset's graph "
             f"({dataset.graph_kind}) has none: partition with --model gcn"
         )
-    return plan.with_ps(knobs.ps) if "ps" in knobs.given else plan
+    ids = shard.rows.node_ids(plan.lb, plan.ub)
+    return (plan.with_ps(knobs.ps) if "ps" in knobs.given else plan), ids
 
 
 def _graph_on_root(comm, plan: PartitionPlan) -> Graph | None:

@@ -14,6 +14,7 @@ from ..backend import assign, get_backend
 from ..graph.dataset import Dataset, random_features
 from ..knobs import DEFAULTS, TUNABLE, Knobs
 from ..partition import build_plan
+from ..partition import order as node_order
 from ..partition.shards import ShardedDataset
 from ..precision import row_dtype
 from ..tuner import Protocol, Workload, drive
@@ -36,11 +37,13 @@ def tune(
     grid_rounds: int = 5,
     confirm: int = 5,
     seed: int = 0,
+    order_file=None,
 ) -> dict:
     """Search this backend's device's space (mgg.knobs.space) for the pipelined design
     with the tuner's driver; collective, every rank takes the same decisions. ``knobs``:
-    the job's fixed knobs (split, remote; a window fixes it, else one is chosen where the
-    job has a choice) and the point where the search's default is.
+    the job's fixed knobs (split, remote, order (or ``order_file``); a window fixes it,
+    else one is chosen where the job has a choice) and the point where the search's
+    default is.
 
     start 'model' (the analytical model's guess, its ranking ordering the moves) or
     'origin' (the paper's (1, 1, 1), moves knob by knob); full_grid also measures every
@@ -62,14 +65,17 @@ def tune(
     knobs.check_taken(backend.takes(cls), backend.job("pipelined"))
     protocol = protocol or Protocol()
     if isinstance(dataset, ShardedDataset):
-        base = sharded_plan(dataset, comm, op == "gcn", knobs)
+        base, ids = sharded_plan(dataset, comm, op == "gcn", knobs, order_file)
     else:
-        g = dataset.graph.gcn_norm() if op == "gcn" else dataset.graph
+        order = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
+        g = order.apply(dataset.graph)
+        g = g.gcn_norm() if op == "gcn" else g
         base = build_plan(
             g, comm.size, knobs.ps, rank=comm.rank, split=knobs.split, transposed=False
         )
+        ids = order.ids(base.lb, base.ub)
     dtype = row_dtype(knobs.dtype)
-    x = random_features(seed, base.lb, base.ub, dim).astype(dtype)
+    x = random_features(seed, base.lb, base.ub, dim, ids=ids).astype(dtype)
     dev = backend.device()
 
     def build(cfg):

@@ -37,8 +37,10 @@ from ..knobs import DEFAULTS, Knobs, check_value
 from ..precision import as_rows
 from ..progress import progress
 from .node_split import node_split, owner_of
+from .order import Order, OrderError, degree_order, graph_fingerprint
+from .order import read as read_order
 from .plan import PartitionPlan, _rank_plan, plan_stats
-from .shards import begin, commit, node_info, plan_info, write_shard, writing
+from .shards import begin, commit, node_info, order_info, plan_info, write_shard, writing
 
 
 def build_plan_distributed(
@@ -49,23 +51,17 @@ def build_plan_distributed(
     kind: str = "as_is",
     split: str = DEFAULTS.split,
     transposed: bool = True,
+    sort_rows: bool = False,
 ) -> PartitionPlan:
     """This rank's plan of ``job_graph(graph, kind)``, where the graph is the
-    concatenation of every rank's ``part`` in rank order. Collective."""
+    concatenation of every rank's ``part`` in rank order. ``sort_rows``: each row's
+    sources sorted, as Graph.permute leaves them (a renumbered graph: ``reorder``).
+    Collective."""
     if kind not in GRAPH_KINDS:
         raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
     ps = check_value("ps", ps)
     rank, size = comm.rank, comm.size
-    facts = comm.allgather(
-        (
-            part.num_nodes,
-            part.min_nodes,
-            part.weights is not None,
-            part.src.size,
-            part.offset,
-            part.header_nodes,
-        )
-    )
+    facts = _facts(part, comm)
     n = _agree_num_nodes(part, facts)
     weighted = _agree_weighted(part, facts)
     idt = index_dtype(n)
@@ -96,6 +92,9 @@ def build_plan_distributed(
     f_src, f_dst, f_w = _exchange(comm, owner_of(bounds, dst), src, dst, w)
     row_ptr, row_src, row_w = _counting_sort(f_dst.astype(np.int64) - lb, f_src, ub - lb, f_w)
     del f_src, f_dst, f_w
+    if sort_rows:
+        has_w = row_w is not None
+        _sort_rows(row_ptr, row_src, row_w if has_w else np.empty(0, np.float32), has_w)
     if add_loops:
         row_ptr, row_src, row_w = _append_loops(row_ptr, row_src, row_w, lb)
     need_t = transposed or part.symmetric
@@ -147,6 +146,55 @@ def build_plan_distributed(
         t = _rank_plan(rank, bounds, ps, num_edges, False, mark, *t_rows[:3])
         plan = replace(plan, _transposed=t)
     return plan
+
+
+def _facts(part: EdgeSlice, comm) -> list:
+    return comm.allgather(
+        (
+            part.num_nodes,
+            part.min_nodes,
+            part.weights is not None,
+            part.src.size,
+            part.offset,
+            part.header_nodes,
+        )
+    )
+
+
+def slice_order(part: EdgeSlice, comm, name: str, path=None) -> Order:
+    """The node order of the graph whose slices the ranks hold (collective): natural,
+    degree (from the global degree counts) or the permutation in ``path`` (every rank
+    reads it: O(N); refused for a graph of another fingerprint). rcm and metis need the
+    whole graph: OrderError saying how to bring one as a file."""
+    if path is not None and name != "natural":
+        raise OrderError(f"--order {name} and --order-file {path}: give one of them")
+    if path is None and name == "natural":
+        return Order()
+    if path is None and name != "degree":
+        raise OrderError(
+            f"--order {name} needs the whole graph, which --distributed never holds: compute "
+            f"it in one process (mgg partition FILE --np P --order {name} --save-order "
+            "perm.npy) and pass --order-file perm.npy"
+        )
+    t0 = time.perf_counter()
+    n = _agree_num_nodes(part, _facts(part, comm))
+    counts = np.zeros((2, n), np.int64)
+    if part.src.size:
+        counts[0] = np.bincount(part.dst, minlength=n)
+        counts[1] = np.bincount(part.src, minlength=n)
+    counts = comm.allreduce(counts)
+    if path is None:
+        return Order(name, degree_order(counts[0] + counts[1]), time.perf_counter() - t0)
+    edges = int(counts[0].sum())
+    return read_order(path, n, graph_fingerprint(n, edges, counts[0], counts[1]))
+
+
+def reorder(part: EdgeSlice, order: Order) -> EdgeSlice:
+    """``part`` with its node ids renumbered in ``order``."""
+    if order.natural:
+        return part
+    rank = order.rank
+    return part._replace(src=rank[part.src], dst=rank[part.dst], num_nodes=rank.size)
 
 
 def _agree_num_nodes(part: EdgeSlice, facts) -> int:
@@ -277,16 +325,18 @@ def partition_file(
     out=None,
     force: bool = False,
     seed: int = 0,
+    order_file=None,
 ) -> tuple[dict, list[dict]]:
     """The sharding protocol of ``mggrun -np P mgg partition FILE --distributed``,
     collective: every rank reads its slice of ``path`` (an edge list, MGG binary CSR or
-    .npz), the ranks build their plans of ``job_graph(graph, kind)`` together (cut with
-    ``knobs.ps`` and ``knobs.split``), each reads its node rows (dense features in
-    ``knobs.dtype``), and with ``out`` each writes its shard and rank 0 commits the
-    sharded dataset.
+    .npz), renumbers it in the node order (``knobs.order``: natural or degree; or the
+    permutation in ``order_file``: slice_order), the ranks build their plans of
+    ``job_graph(graph, kind)`` together (cut with ``knobs.ps`` and ``knobs.split``), each
+    reads its node rows (by original id; dense features in ``knobs.dtype``), and with
+    ``out`` each writes its shard and rank 0 commits the sharded dataset.
 
-    returns (the partition's facts: plan_stats plus graph, kind, load/plan/write seconds
-    and out; every rank's plan stats), the same on every rank
+    returns (the partition's facts: plan_stats plus graph, kind, order, load/plan/order/
+    write seconds and out; every rank's plan stats), the same on every rank
     """
     bar = progress(total=4 if out else 3, desc="partition")
     with bar:
@@ -296,28 +346,38 @@ def partition_file(
         load_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
         source_edges = int(comm.allreduce(np.array([len(part.src)]), "sum")[0])
         bar.update()
+        order = slice_order(part, comm, knobs.order, order_file)
+        part = reorder(part, order)
         bar.set_postfix_str("exchange edges, build plans")
         t0 = time.perf_counter()
         plan = build_plan_distributed(
-            part, comm, knobs.ps, kind=kind, split=knobs.split, transposed=transposed
+            part,
+            comm,
+            knobs.ps,
+            kind=kind,
+            split=knobs.split,
+            transposed=transposed,
+            sort_rows=not order.natural,
         )
         del part
         plan_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
         bar.update()
         bar.set_postfix_str("node data")
         stats = comm.allgather(plan.stats())
-        rows = read_node_rows(path, plan.lb, plan.ub, seed)
+        ids = None if order.natural else order.ids(plan.lb, plan.ub)
+        rows = read_node_rows(path, plan.lb, plan.ub, seed, ids)
         rows = rows._replace(x=as_rows(rows.x, knobs.dtype, f"{path}'s features"))
         if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
             check_train_selects(path, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
         facts = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}
-        facts["load_seconds"] = load_s
+        facts.update(load_seconds=load_s, order=order.name, order_seconds=order.seconds)
         bar.update()
         if out:
             bar.set_postfix_str("write shards")
             t0 = time.perf_counter()
             source = {**source_checksum(path), "num_edges": source_edges}
             info = {"graph_kind": kind, "source": source, **node_info(rows)}
+            info.update(order_info(order.name, order.seconds))
             _write_shards(comm, out, force, plan, rows, info)
             facts.update(out=str(out), write_seconds=time.perf_counter() - t0)
             bar.update()

@@ -342,6 +342,7 @@ def plan_stats(plans: list, plan_seconds: float | None = None) -> dict:
         "remote_fraction": remote / e if e else 0.0,
         "halo_rows": halo,
         "dedup_saving": remote / halo if halo else 1.0,
+        "halo_rows_per_rank": [q["halo_rows"] for q in st],
         "halo_rows_per_peer": [q["halo_rows_per_peer"] for q in st],
         "lnp": int(sum(q["lnp"] for q in st)),
         "rnp": int(sum(q["rnp"] for q in st)),

@@ -2,12 +2,15 @@
 
 Layout of ``DIR`` (format ``mgg-shards``, version 2)::
 
-    manifest.json      sizes, bounds, ps, graph kind, the plans' fingerprint and per-rank
-                       digests, the source's checksum and edge count, node-data facts,
-                       every file's size and blake2b hash, and the digest of all that
+    manifest.json      sizes, bounds, ps, graph kind, node order, the plans' fingerprint
+                       and per-rank digests, the source's checksum and edge count,
+                       node-data facts, every file's size and blake2b hash, and the
+                       digest of all that
     rank-0000/         one folder per rank: shard.json (run id, rank) and .npy arrays,
       local_indptr.npy   the plan (t.* the transposed plan),
       x.npy | x.indptr.npy x.indices.npy x.data.npy,  y.npy, train_mask.npy, ...
+      ids.npy            under a node order: the original id of each row (the plans
+                         are of the renumbered graph; the node data is the rows')
 
 A writer holds the lock ``.DIR.lock`` beside ``DIR`` (one job per output), fills a
 temporary folder beside it (mgg.atomic.temp_path; removed on an error, a Ctrl-C or a
@@ -37,6 +40,7 @@ import scipy.sparse as sp
 from ..atomic import Lock, LockedError, hold, sweep, temp_path
 from ..graph.core import GRAPH_KINDS, GraphError
 from ..graph.dataset import MASKS, NodeRows
+from ..knobs import DEFAULTS
 from ..precision import BF16, bits
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays
@@ -188,6 +192,8 @@ def write_shard(target: Target, plan: PartitionPlan, rows: NodeRows) -> dict:
         arrays["y"] = np.asarray(rows.y)
     if rows.masks is not None:
         arrays.update({k: np.asarray(m, bool) for k, m in zip(MASKS, rows.masks, strict=True)})
+    if rows.ids is not None:  # a node order's: the original id of each row
+        arrays["ids"] = np.asarray(rows.ids, np.int64)
     table, path = {}, d
     try:
         d.mkdir()
@@ -298,6 +304,11 @@ def node_info(rows: NodeRows) -> dict:
     }
 
 
+def order_info(name: str, seconds: float) -> dict:
+    """The manifest's keys for the node order the plans were built in."""
+    return {"order": name, "order_seconds": float(seconds)}
+
+
 def write_sharded(
     out,
     plans: list[PartitionPlan],
@@ -305,14 +316,16 @@ def write_sharded(
     graph_kind: str,
     source: dict,
     force: bool = False,
+    order: dict | None = None,
 ) -> dict:
-    """One process writes all P shards; returns the manifest."""
+    """One process writes all P shards; returns the manifest. ``order``: the node order's
+    manifest keys (order_info)."""
     target = begin(out, force)
     with writing(target):
         pairs = zip(plans, rows, strict=True)
         bar = progress(pairs, total=len(plans), desc="write shards", enable=None)
         tables = [write_shard(target, p, r) for p, r in bar]
-        info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0])}
+        info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0]), **(order or {})}
         return commit(target, [plan_info(p) for p in plans], tables, info)
 
 
@@ -392,6 +405,7 @@ class ShardedDataset:
             "symmetric",
         ):
             setattr(self, k, m.get(k))
+        self.order = m.get("order") or DEFAULTS.order
 
     def __repr__(self) -> str:
         return (
@@ -400,15 +414,23 @@ class ShardedDataset:
         )
 
     def check_job(
-        self, size: int, graph_kind: str | None = None, model: str = "", knobs=None
-    ) -> None:
+        self, size: int, graph_kind: str | None = None, model: str = "", knobs=None,
+        order_file=None,
+    ) -> None:  # fmt: skip
         """Refuse a job this dataset was not written for: another rank count, another graph
-        kind, or ``knobs`` (mgg.knobs.Knobs) that were given a split (its ranks were cut
-        when it was written)."""
+        kind, ``knobs`` (mgg.knobs.Knobs) that were given a split (its ranks were cut
+        when it was written) or another node order, or an ``order_file``."""
         if knobs is not None and "split" in knobs.given:
             raise ShardError(
                 f"{self.path}: a sharded dataset was split into ranks when it was written "
                 "(mgg partition --split); --split does not apply to it"
+            )
+        wanted = knobs.order if knobs is not None and "order" in knobs.given else None
+        if order_file is not None or (wanted is not None and wanted != self.order):
+            given = f"--order-file {order_file}" if order_file else f"--order {wanted}"
+            raise ShardError(
+                f"{self.path}: its nodes were ordered when it was written ({self.order}); "
+                f"{given} does not apply to it: partition again with mgg partition --order"
             )
         if size != self.np:
             raise ShardError(
@@ -485,11 +507,18 @@ class ShardedDataset:
             )
         masks = tuple(arrays[k] for k in MASKS) if MASKS[0] in arrays else None
         rows = NodeRows(
-            x, arrays.get("y"), masks, m.get("num_classes"), m["name"], m.get("notes") or ""
+            x,
+            arrays.get("y"),
+            masks,
+            m.get("num_classes"),
+            m["name"],
+            m.get("notes") or "",
+            arrays.get("ids"),
         )
         for what, a in (
             ("features", x),
             ("labels", rows.y),
+            ("node ids", rows.ids),
             *zip(MASKS, masks or (), strict=False),
         ):
             if a is not None and a.shape[0] != n:

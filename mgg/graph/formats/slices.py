@@ -253,6 +253,51 @@ class _Member:
     def all(self) -> np.ndarray:
         return self.rows(0, self.shape[0] if self.shape else 1)
 
+    def take(self, ids: np.ndarray, chunk: int = 1 << 26) -> np.ndarray:
+        """Rows ``ids`` (any order), read forward once in blocks of about ``chunk`` bytes
+        (a compressed member has no random access), holding one block at a time."""
+        row = max(1, int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize)
+        out = np.empty((ids.size, *self.shape[1:]), self.dtype)
+        for at, a, b in _blocks(np.sort(ids), np.argsort(ids, kind="stable"), chunk // row):
+            out[at] = self.rows(a, b)[ids[at] - a]
+        return out
+
+
+def _blocks(sorted_ids, order, rows: int):
+    """(positions in the caller's ids, first row, end row) of each block of at most
+    ``rows`` rows that holds any of the ids, in increasing row order."""
+    rows, i = max(1, rows), 0
+    while i < sorted_ids.size:
+        a = int(sorted_ids[i])
+        j = int(np.searchsorted(sorted_ids, a + rows, "left"))
+        yield order[i:j], a, int(sorted_ids[j - 1]) + 1
+        i = j
+
+
+def _csr_take(ptr, ind, data, ids, chunk: int = 1 << 26):
+    """Rows ``ids`` of the CSR (``ptr`` int64 [n+1] in memory; ``ind``, ``data``
+    _Members), read forward in blocks of about ``chunk`` bytes: (data, indices, indptr)."""
+    lengths = ptr[ids + 1] - ptr[ids]
+    out_ptr = np.zeros(ids.size + 1, np.int64)
+    np.cumsum(lengths, out=out_ptr[1:])
+    out_ind = np.empty(int(out_ptr[-1]), ind.dtype)
+    out_data = np.empty(int(out_ptr[-1]), data.dtype)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    i, per = 0, max(1, chunk // (ind.dtype.itemsize + data.dtype.itemsize))
+    while i < ids.size:  # rows whose elements span at most ``per`` (or one row)
+        first = int(ptr[sorted_ids[i]])
+        j = max(i + 1, int(np.searchsorted(ptr[sorted_ids + 1], first + per, "right")))
+        a, b = first, int(ptr[sorted_ids[j - 1] + 1])
+        block_ind, block_data = ind.rows(a, b), data.rows(a, b)
+        for k in order[i:j]:
+            r = ids[k]
+            lo, hi = int(ptr[r]) - a, int(ptr[r + 1]) - a
+            out_ind[out_ptr[k] : out_ptr[k + 1]] = block_ind[lo:hi]
+            out_data[out_ptr[k] : out_ptr[k + 1]] = block_data[lo:hi]
+        i = j
+    return out_data, out_ind, out_ptr
+
 
 def _npz_open(path):
     try:
@@ -304,12 +349,16 @@ def _npz_slice(path, rank, size) -> EdgeSlice:
     return EdgeSlice(src, dst, w, indptr.size - 1, 0, sym, path, f"edge {a}")
 
 
-def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
-    """Rows lb..ub-1 of the node data of an npz archive (other formats hold none).
-    A dataset with labels but no split gets make_split's (seeded, over all labels: O(N))."""
+def read_node_rows(path, lb: int, ub: int, seed: int = 0, ids=None) -> NodeRows:
+    """Rows lb..ub-1 of the node data of an npz archive (other formats hold none), or,
+    under a node order, the rows of the original nodes ``ids`` (int [ub - lb]). A dataset
+    with labels but no split gets make_split's (seeded, over all labels: O(N))."""
     path = os.fspath(path)
+    if ids is not None:
+        ids = np.asarray(ids, np.int64)
+    take = slice(lb, ub) if ids is None else ids
     if _format(path) != "npz":
-        return NodeRows(None, None, None, None, stem(path))
+        return NodeRows(None, None, None, None, stem(path), "", ids)
     with _npz_open(path) as z:
         names = {n[:-4] for n in z.namelist() if n.endswith(".npy")}
         meta = _npz_meta(z, path)
@@ -320,17 +369,18 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
             xm = _Member(z, path, "x")
             if len(xm.shape) != 2 or xm.shape[0] != n:
                 raise err(path, "key 'x'", f"shape {xm.shape}, expected ({n}, F)")
-            x = xm.rows(lb, ub).astype(np.float32)
+            x = (xm.rows(lb, ub) if ids is None else xm.take(ids)).astype(np.float32)
         elif "x_indptr" in names:
             shape = _Member(z, path, "x_shape").all()
             ptr = _Member(z, path, "x_indptr").all().astype(np.int64)
             ind, data = _Member(z, path, "x_indices"), _Member(z, path, "x_data")
             _check_indptr(path, ptr, ind.shape[0], "key 'x_indptr'")
-            a, b = int(ptr[lb]), int(ptr[ub])
-            x = sp.csr_matrix(
-                (data.rows(a, b).astype(np.float32), ind.rows(a, b), ptr[lb : ub + 1] - a),
-                shape=(ub - lb, int(shape[1])),
-            )
+            if ids is None:
+                a, b = int(ptr[lb]), int(ptr[ub])
+                csr = (data.rows(a, b), ind.rows(a, b), ptr[lb : ub + 1] - a)
+            else:
+                csr = _csr_take(ptr, ind, data, ids)
+            x = sp.csr_matrix((csr[0].astype(np.float32), *csr[1:]), shape=(ub - lb, int(shape[1])))
         if x is not None:
             values = x.data if sp.issparse(x) else x
             if not np.isfinite(values).all():
@@ -341,7 +391,7 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
         if "y" in names:
             ym = _Member(z, path, "y")
             multilabel = len(ym.shape) == 2
-            y_all = ym.rows(lb, ub) if multilabel else ym.all()
+            y_all = (ym.rows(lb, ub) if ids is None else ym.take(ids)) if multilabel else ym.all()
             if ym.shape[0] != n or len(ym.shape) > 2 or ym.dtype.kind not in "biuf":
                 raise err(path, "key 'y'", f"expected labels [{n}] or [{n}, T], got {ym.shape}")
             if multilabel:
@@ -354,28 +404,29 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0) -> NodeRows:
                 raise err(path, "key 'y'", f"labels must be >= 0, found {y_all.min()}")
             if not isinstance(num_classes, int):
                 num_classes = int(y_all.max()) + 1 if n else 0
-            y = y_all.astype(np.int8) if multilabel else y_all[lb:ub].astype(np.int64)
+            y = y_all.astype(np.int8) if multilabel else y_all[take].astype(np.int64)
             if multilabel and "train_mask" not in names:
                 raise err(path, "key 'train_mask'", "multi-label targets need a split")
             if set(MASKS) & names:
-                masks = tuple(_mask_rows(z, path, k, n, lb, ub) for k in MASKS)
+                masks = tuple(_mask_rows(z, path, k, n, take) for k in MASKS)
                 check_split(path, dict(zip(MASKS, masks, strict=True)), lb, whole=False)
                 masks, notes = given_split(masks, ub - lb)
             else:
                 what = f"key 'y': {num_classes:,} classes' split"
-                masks, notes = default_split(y_all, num_classes, lb, ub, seed, path, what)
+                masks, notes = default_split(y_all, num_classes, take, seed, path, what)
     name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
-    return NodeRows(x, y, masks, num_classes, name, notes)
+    return NodeRows(x, y, masks, num_classes, name, notes, ids)
 
 
-def _mask_rows(z, path, key: str, n: int, lb: int, ub: int):
-    """Rows lb..ub of the npz's bool [n] mask ``key`` (None when absent)."""
+def _mask_rows(z, path, key: str, n: int, take):
+    """Rows ``take`` (a slice, or ids) of the npz's bool [n] mask ``key`` (None when
+    absent)."""
     if key + ".npy" not in z.namelist():
         return None
     m = _Member(z, path, key)
     if m.shape != (n,) or m.dtype != bool:
         raise err(path, f"key {key!r}", f"masks must be bool [{n}], got {m.dtype} {m.shape}")
-    return m.rows(lb, ub)
+    return m.rows(take.start, take.stop) if isinstance(take, slice) else m.take(take)
 
 
 def source_checksum(path) -> dict:
