@@ -463,12 +463,19 @@ def restore_knobs(graph, meta: dict) -> list[str]:
     ``meta["tuning"]``) that are valid for this job's ``graph`` (a DistGraph), each on its
     own; returns a note for each one dropped (e.g. threads tuned at another rank count),
     and one when the run's row dtype (``meta["dtype"]``) is not this job's: the weights
-    are float32 masters either way, so training goes on in this job's dtype.
+    are float32 masters either way, so training goes on in this job's dtype; and one when
+    its node order is not this job's (weights are the same in any numbering).
     Knobs the run did not tune were its flags: this job's flags rule."""
     notes = []
     was, now = meta.get("dtype"), precision.name(graph.dtype)
     if was is not None and was != now:
         notes.append(f"trained with {was} rows, resumed with {now} (float32 weights either way)")
+    was, now = meta.get("order"), graph.knobs.order
+    if was is not None and was != now:
+        notes.append(
+            f"trained with nodes in {was} order, resumed in {now} order (no weight depends "
+            "on the nodes' numbering)"
+        )
     if not meta.get("tuning"):
         return notes
     ranks = meta.get("ranks", "?")

@@ -105,6 +105,7 @@ def prepare(
         if not dataset.labels:
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
         shard = dataset.open(rank, size)
+        knobs = replace(knobs, order=dataset.order)  # the order its plans were built in
         dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs)
         rows, n = shard.rows, dataset.num_nodes
         source = dataset.manifest.get("source") if source is None else source
@@ -636,6 +637,7 @@ class Trainer:
             "tuning": self.tuning,
             "ranks": self.g.size,
             "dtype": precision.name(self.g.dtype),
+            "order": self.data.order,
             **({"data": self.data.identity} if self.data.identity else {}),
         }
         return checkpoint.save(path, self.model, self.opt, meta, self.comm)

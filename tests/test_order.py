@@ -57,7 +57,9 @@ def test_every_order_is_a_permutation_that_cuts_what_it_should(rng):
     assert np.all(np.diff(deg) <= 0)  # hubs first
     # RCM: a band; the scrambled graph's nonzeros lie anywhere
     band = {
-        k: np.abs(np.subtract(*o.apply(g).edges())).max() for k, o in orders.items() if k != "degree"
+        k: np.abs(np.subtract(*o.apply(g).edges())).max()
+        for k, o in orders.items()
+        if k != "degree"
     }
     assert band["rcm"] < 0.7 * band["natural"]
     # METIS: each community's nodes in one part, numbered part by part
@@ -167,7 +169,9 @@ def test_partition_json_reports_each_order_and_saves_one(tmp_path, capsys):
     assert by["metis"]["remote_fraction"] < by["natural"]["remote_fraction"]
     # one order, saved; refused: several orders with --out, a second order with a file
     f = tmp_path / "perm.npy"
-    assert main(["partition", str(cora), "--np", "2", "--order", "metis", "--save-order", str(f)]) == 0
+    assert (
+        main(["partition", str(cora), "--np", "2", "--order", "metis", "--save-order", str(f)]) == 0
+    )
     assert np.load(f).shape == (2708,)
     capsys.readouterr()
     bad = [
@@ -208,7 +212,8 @@ if comm.rank == 0:
     node_order.save({str(perm)!r}, node_order.compute(g, "metis", 2), node_order.fingerprint_of(g))
 comm.barrier()
 out = {{}}
-for name, kw in (("natural", {{}}), ("rcm", {{"order": "rcm"}}), ("file", {{"order_file": {str(perm)!r}}})):
+runs = (("natural", {{}}), ("rcm", {{"order": "rcm"}}), ("file", {{"order_file": {str(perm)!r}}}))
+for name, kw in runs:
     dg, data = prepare(ds, comm, "gcn", seed=0, **kw)
     model = build_model("gcn", data.num_features, data.num_classes, dropout=0.0, seed=0)
     t = Trainer(dg, data, model, build_optimizer("adam", model, 0.01, 5e-4), eval_every=0)
@@ -304,3 +309,28 @@ def test_shards_keep_their_order_and_the_distributed_partitioner_takes_a_file(tm
     for argv, message in refused:
         assert main([str(a) for a in argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_checkpoint_resumes_in_another_order_with_a_note(tmp_path):
+    """No weight depends on the nodes' numbering: a run in rcm order resumes in natural
+    order with the same weights, and says so."""
+    from mgg.graph.specs import resolve
+    from mgg.torch import build_model
+    from mgg.train import Trainer, build_optimizer, prepare
+
+    ds = resolve("planted:nodes=400,classes=3")
+
+    def trainer(order, log=None, folder=None):
+        dg, data = prepare(ds, None, "gcn", order=order)
+        model = build_model("gcn", data.num_features, data.num_classes, seed=0)
+        opt = build_optimizer("adam", model, 0.01, 5e-4)
+        return Trainer(dg, data, model, opt, eval_every=0, log=log, checkpoint_dir=folder)
+
+    first = trainer("rcm", folder=tmp_path)
+    first.fit(2)
+    notes = []
+    second = trainer("natural", log=notes.append)
+    second.load_checkpoint(tmp_path / "epoch00002.pt")
+    assert second.weights_digest() == first.weights_digest() and second.epoch == 2
+    assert any("trained with nodes in rcm order, resumed in natural order" in n for n in notes)
+    assert len(second.fit(4)) == 4
