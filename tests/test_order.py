@@ -334,3 +334,31 @@ def test_a_checkpoint_resumes_in_another_order_with_a_note(tmp_path):
     assert second.weights_digest() == first.weights_digest() and second.epoch == 2
     assert any("trained with nodes in rcm order, resumed in natural order" in n for n in notes)
     assert len(second.fit(4)) == 4
+
+
+@pytest.mark.parametrize("block", [64, 1 << 26])
+def test_an_npz_s_node_rows_by_id_are_read_forward_in_blocks(rng, tmp_path, monkeypatch, block):
+    """What the distributed partitioner reads under an order: the rows of any original
+    ids, dense or sparse features, labels and masks, a block at a time (tiny blocks: one
+    row or less each)."""
+    from mgg.graph.formats import slices, write_graph
+
+    n = 500
+    g = random_graph(rng, n, 3000)
+    x = sp.random(n, 30, density=0.2, format="csr", dtype=np.float32, random_state=3)
+    y = rng.integers(0, 4, n)
+    masks = [rng.random(n) < 0.2]
+    masks.append(~masks[0] & (rng.random(n) < 0.3))
+    masks.append(~(masks[0] | masks[1]))
+    for name, feats in (("sparse", x), ("dense", x.toarray())):
+        path = tmp_path / f"{name}.npz"
+        write_graph(Dataset(name, g, feats, y, *masks), path)
+        monkeypatch.setattr(slices, "TAKE_BYTES", block)
+        ids = rng.permutation(n)[:137]
+        got = slices.read_node_rows(path, 40, 177, ids=ids)
+        got_x = got.x.toarray() if sp.issparse(got.x) else got.x
+        np.testing.assert_array_equal(got_x, x.toarray()[ids])
+        np.testing.assert_array_equal(got.y, y[ids])
+        for a, b in zip(got.masks, masks, strict=True):
+            np.testing.assert_array_equal(a, b[ids])
+        np.testing.assert_array_equal(got.ids, ids)

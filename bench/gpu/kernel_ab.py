@@ -13,6 +13,14 @@ under Nsight Compute (--clock-control none) over one call of each kernel at ever
 speed of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy, launch
 statistics (registers) and warp stall reasons; its report is kept as text
 (kernel_ab_ncu.txt).
+
+--orders natural,rcm,metis (issue 53) runs this checkout's kernel on the graph renumbered
+in each node order (mgg.partition.order; metis into --parts parts, numbered part by part:
+clusters of rows that share neighbours), each in its own process as a source is, and
+ncu's L1 and L2 hit rates of each order's kernels (one profiled call each); the rows name
+the order as their source, vs_natural is natural's mgg_ms over the order's.
+--order-dir DIR keeps each computed order there as ORDER.npy and takes it from there
+next time (RCM and METIS of the Reddit-size graph take minutes of one core).
 """
 
 from __future__ import annotations
@@ -103,6 +111,62 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
     print(json.dumps(out), flush=True)
 
 
+HIT_RATES = {
+    "l1_hit_pct": "l1tex__t_sector_hit_rate.pct",
+    "l2_hit_pct": "lts__t_sector_hit_rate.pct",
+}
+
+
+def ordered_graphs(g, orders, parts: int, tmp: str, keep: str | None) -> dict:
+    """{order: a graph file of ``g`` renumbered in it}; orders computed once (kept in
+    ``keep``, the graph's fingerprint checked when read back)."""
+    from mgg.partition import order as node_order
+
+    out, fingerprint = {}, node_order.fingerprint_of(g)
+    for name in orders:
+        saved = Path(keep) / f"{name}.npy" if keep else None
+        if name == "natural":
+            o = node_order.Order()
+        elif saved is not None and saved.exists():
+            o = node_order.read(saved, g.num_nodes, fingerprint)
+        else:
+            o = node_order.compute(g, name, parts=parts)
+            print(f"order {name}: {o.seconds:.1f} s", flush=True)
+            if saved is not None:
+                saved.parent.mkdir(parents=True, exist_ok=True)
+                node_order.save(saved, o, fingerprint)
+        h = o.apply(g)
+        out[name] = os.path.join(tmp, f"graph-{name}.npz")
+        np.savez(out[name], indptr=h.indptr, indices=h.indices)
+    return out
+
+
+def hit_rates(ncu: str, me: list, graphs: dict, rows: list) -> None:
+    """ncu's L1 and L2 sector hit rates of mgg's kernel for each order's graph, into the
+    rows of that order (the mean over the profiled calls of each (D, op, ps))."""
+    metrics = ",".join(HIT_RATES.values())
+    for name, path in graphs.items():
+        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics",
+               metrics, "--csv", "--kernel-name", "regex:mgg_aggregate", *me, "--inner", path,
+               "--profile"]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        (GPU_RESULTS / f"kernel_ab_ncu_{name}.csv").write_text(r.stdout + r.stderr)
+        values = {}
+        for line in r.stdout.splitlines():
+            cells = [c.strip('"') for c in line.split('","')]
+            for key, metric in HIT_RATES.items():
+                if metric in cells:
+                    try:
+                        values.setdefault(key, []).append(float(cells[-1].replace(",", "")))
+                    except ValueError:
+                        pass
+        for row in rows:
+            if row["source"] == name:
+                row.update({k: float(np.mean(v)) for k, v in values.items()})
+        means = {k: round(float(np.mean(v)), 1) for k, v in values.items()}
+        print(f"ncu {name}: exit {r.returncode}, hit rates {means}", flush=True)
+
+
 def ncu_binary() -> str | None:
     found = shutil.which("ncu")
     if found:
@@ -132,6 +196,9 @@ def main():
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-ncu", action="store_true")
+    ap.add_argument("--orders", default=None, help="node orders to compare (natural,rcm,metis)")
+    ap.add_argument("--parts", type=int, default=128, help="METIS's parts with --orders")
+    ap.add_argument("--order-dir", default=None, help="where --orders keeps its orders")
     ap.add_argument("--inner", help=argparse.SUPPRESS)  # the graph file: one source's run
     ap.add_argument("--source", help=argparse.SUPPRESS)
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
@@ -143,10 +210,11 @@ def main():
     from mgg.graph.generators import rmat_n
 
     res = Results(
-        "kernel_ab",
+        "locality" if args.orders else "kernel_ab",
         {"nodes": args.nodes, "edges": args.edges, "configs": CONFIGS, "against": args.against},
         ["source", "op", "D", "ps", "regs", "mgg_ms", "cusparse_ms", "vs_cusparse"]
-        + ["max_rel_error"],
+        + ["max_rel_error"]
+        + (["vs_natural", "l1_hit_pct", "l2_hit_pct"] if args.orders else []),
         notes="Each kernel source in its own process, round-robin with cuSPARSE there "
         "(CUDA events, medians); dist = 1, wpb = 4. 'this': the checkout's aggregate.cu.",
         plot=plot,
@@ -156,12 +224,17 @@ def main():
         print(f"graph: {g}", flush=True)
         path = os.path.join(tmp, "graph.npz")
         np.savez(path, indptr=g.indptr, indices=g.indices)
-        me = [sys.executable, "-u", __file__, "--inner", path, "--repeat", str(args.repeat)]
-        me += ["--dims", args.dims]
+        me = [sys.executable, "-u", __file__, "--repeat", str(args.repeat), "--dims", args.dims]
+        graphs = {"this": path}
         sources = {"this": None} | ({Path(args.against).name: args.against} if args.against else {})
+        if args.orders:
+            graphs = ordered_graphs(g, args.orders.split(","), args.parts, tmp, args.order_dir)
+            sources = dict.fromkeys(graphs)
         for label, source in sources.items():
             extra = ["--source", str(Path(source).resolve())] if source else []
-            r = subprocess.run([*me, *extra], capture_output=True, text=True)
+            r = subprocess.run(
+                [*me, "--inner", graphs.get(label, path), *extra], capture_output=True, text=True
+            )
             print(r.stdout + r.stderr, flush=True)
             if r.returncode:
                 raise SystemExit(f"{label}: exit {r.returncode}")
@@ -183,10 +256,19 @@ def main():
                         "max_rel_error": got[f"{dim} {op} max_rel_error"],
                     }
                 )
-        code = res.finish()
         ncu = None if args.no_ncu else ncu_binary()
         if not args.no_ncu and ncu is None:
             print("ncu not found: no counters", flush=True)
+        if args.orders:
+            natural = {(r["op"], r["D"], r["ps"]): r["mgg_ms"] for r in res.rows
+                       if r["source"] == "natural"}  # fmt: skip
+            for r in res.rows:
+                base = natural.get((r["op"], r["D"], r["ps"]))
+                r["vs_natural"] = base / r["mgg_ms"] if base else None
+            if ncu:
+                hit_rates(ncu, me, graphs, res.rows)
+            return res.finish()
+        code = res.finish()
         if ncu:
             sections = [a for s in NCU_SECTIONS for a in ("--section", s)]
             cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", *sections]

@@ -187,6 +187,20 @@ def stages(quick: bool = False) -> dict[str, Stage]:
             "at D = 16 and 128, and ncu's counters",
             [script("kernel_ab", *(["--edges", "20000000"] if quick else []))],
         ),
+        "locality": Stage(
+            "locality",
+            "the aggregation kernel on the Reddit-size R-MAT in natural, rcm and metis node "
+            "order (issue 53): time and ncu's L1/L2 hit rates",
+            [
+                script(
+                    "kernel_ab",
+                    "--orders",
+                    "natural,rcm,metis",
+                    *(["--edges", "20000000"] if quick else []),
+                    timeout=430,
+                )  # fmt: skip
+            ],
+        ),
         "nvshmem": Stage(
             "nvshmem",
             "the aggregation on 2 and 4 NVSHMEM PEs (p2p and get) vs as many virtual PEs",

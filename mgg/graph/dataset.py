@@ -187,10 +187,11 @@ class Dataset:
         return f"Dataset({self.name!r}, {self.graph}{f}{c})"
 
 
-def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> None:
+def check_split(name: str, masks: dict, offset=0, whole: bool = True) -> None:
     """GraphError unless the given ``masks`` (MASKS -> bool [n] or None) are a split: a
     train mask (that selects a node, when ``whole`` says these are all the rows) and
-    pairwise disjoint masks. ``offset``: the global id of row 0, for the message."""
+    pairwise disjoint masks. ``offset``: the global id of row 0, or the ids of the rows
+    (int [n]), for the message."""
     given = {k: m for k, m in masks.items() if m is not None}
     if not given:
         return
@@ -203,9 +204,11 @@ def check_split(name: str, masks: dict, offset: int = 0, whole: bool = True) -> 
         for b in keys[i + 1 :]:
             both = given[a] & given[b]
             if both.any():
+                first = int(np.argmax(both))
+                node = offset[first] if np.ndim(offset) else offset + first
                 raise GraphError(
                     f"{name}: {a} and {b} share {int(both.sum()):,} nodes (the first is node "
-                    f"{offset + int(np.argmax(both))}): the splits must be disjoint"
+                    f"{node}): the splits must be disjoint"
                 )
 
 

@@ -27,6 +27,8 @@ from .mgg_bin import _mgg_paths
 
 __all__ = ["EdgeSlice", "NodeRows", "read_edge_slice", "read_node_rows"]
 
+TAKE_BYTES = 1 << 26  # a block of node rows read by id (an order's) from an npz member
+
 
 class EdgeSlice(NamedTuple):
     """One rank's contiguous slice of a graph's edges u -> v, in the file's order.
@@ -253,12 +255,12 @@ class _Member:
     def all(self) -> np.ndarray:
         return self.rows(0, self.shape[0] if self.shape else 1)
 
-    def take(self, ids: np.ndarray, chunk: int = 1 << 26) -> np.ndarray:
-        """Rows ``ids`` (any order), read forward once in blocks of about ``chunk`` bytes
+    def take(self, ids: np.ndarray) -> np.ndarray:
+        """Rows ``ids`` (any order), read forward once in blocks of about TAKE_BYTES
         (a compressed member has no random access), holding one block at a time."""
         row = max(1, int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize)
         out = np.empty((ids.size, *self.shape[1:]), self.dtype)
-        for at, a, b in _blocks(np.sort(ids), np.argsort(ids, kind="stable"), chunk // row):
+        for at, a, b in _blocks(np.sort(ids), np.argsort(ids, kind="stable"), TAKE_BYTES // row):
             out[at] = self.rows(a, b)[ids[at] - a]
         return out
 
@@ -274,9 +276,9 @@ def _blocks(sorted_ids, order, rows: int):
         i = j
 
 
-def _csr_take(ptr, ind, data, ids, chunk: int = 1 << 26):
+def _csr_take(ptr, ind, data, ids):
     """Rows ``ids`` of the CSR (``ptr`` int64 [n+1] in memory; ``ind``, ``data``
-    _Members), read forward in blocks of about ``chunk`` bytes: (data, indices, indptr)."""
+    _Members), read forward in blocks of about TAKE_BYTES: (data, indices, indptr)."""
     lengths = ptr[ids + 1] - ptr[ids]
     out_ptr = np.zeros(ids.size + 1, np.int64)
     np.cumsum(lengths, out=out_ptr[1:])
@@ -284,7 +286,7 @@ def _csr_take(ptr, ind, data, ids, chunk: int = 1 << 26):
     out_data = np.empty(int(out_ptr[-1]), data.dtype)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
-    i, per = 0, max(1, chunk // (ind.dtype.itemsize + data.dtype.itemsize))
+    i, per = 0, max(1, TAKE_BYTES // (ind.dtype.itemsize + data.dtype.itemsize))
     while i < ids.size:  # rows whose elements span at most ``per`` (or one row)
         first = int(ptr[sorted_ids[i]])
         j = max(i + 1, int(np.searchsorted(ptr[sorted_ids + 1], first + per, "right")))
@@ -409,7 +411,8 @@ def read_node_rows(path, lb: int, ub: int, seed: int = 0, ids=None) -> NodeRows:
                 raise err(path, "key 'train_mask'", "multi-label targets need a split")
             if set(MASKS) & names:
                 masks = tuple(_mask_rows(z, path, k, n, take) for k in MASKS)
-                check_split(path, dict(zip(MASKS, masks, strict=True)), lb, whole=False)
+                where = lb if ids is None else ids
+                check_split(path, dict(zip(MASKS, masks, strict=True)), where, whole=False)
                 masks, notes = given_split(masks, ub - lb)
             else:
                 what = f"key 'y': {num_classes:,} classes' split"
