@@ -11,12 +11,13 @@ ranks, aggregation time and epoch time, and what it costs to compute.
   the order's own time against build_plan's (warm, medians of 3). Goals: halo rows of
   the best order <= 0.4x natural's at P = 4 (geomean over the real graphs); rcm's time
   <= 3x build_plan's (METIS's reported).
-- time: `mgg check --designs pipelined --op gcn` (D = --dim, median of --repeat) and
-  `mgg train` GCN (median epoch of --epochs) at P = 1 and 4, each order against
-  natural, each measured in its own job, the orders of a graph one after another. Goal:
-  >= 1.15x epoch speed-up at P = 4 where the natural order is poor (halo rows > 2x the
-  best order's). Graphs without labels train on seeded random ones (the timing does not
-  depend on them).
+- time: per graph and P (1, 2, 4), one job prepares the graph in every order (GCN's
+  graph, each order's DistGraph and Trainer side by side) and times them round-robin:
+  the pipelined gcn aggregation at D = --dim (median of --repeat) and GCN training steps
+  (median of --epochs, after one warm-up; each the slowest rank's). Goal: >= 1.15x epoch
+  speed-up at P = 4 where the natural order is poor (halo rows > 2x the best order's).
+  Graphs without labels train on seeded random ones (the timing does not depend on
+  them). This machine has 2 cores: P = 4 runs two ranks per core.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, SHARED_DATA, mgg_json, real_graphs, write_results
+from common import RESULTS, ROOT, SHARED_DATA, real_graphs, write_results
 
 ORDERS = ("natural", "degree", "rcm", "metis")
 GOALS = {"halo_p4": 0.4, "rcm_vs_plan": 3.0, "epoch_p4": 1.15}
@@ -105,38 +106,91 @@ def labeled(name: str, spec: str, work: Path) -> str:
     return str(path)
 
 
-def timing(named, orders, epochs: int, dim: int, repeat: int, work: Path) -> list[dict]:
-    """check's pipelined gcn aggregation and a GCN epoch, each order, P = 1 and 4."""
+def timing(
+    named, orders, epochs: int, dim: int, repeat: int, work: Path, ranks, windows
+) -> list[dict]:
+    """Per graph, P and window (P > 1), one job (this script's worker under mggrun) that
+    prepares the graph in every order and times them round-robin."""
+    import json
+    import subprocess
+    import sys
+
     rows = []
     for name, spec in named:
         data = labeled(name, spec, work)
-        for p in (1, 4):
-            base = None
+        for p, window in [(q, w) for q in ranks for w in (windows if q > 1 else ["-"])]:
+            cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(p), sys.executable,
+                   __file__, "--worker", data, "--orders", ",".join(orders), "--epochs",
+                   str(epochs), "--dim", str(dim), "--repeat", str(repeat), "--window",
+                   window]  # fmt: skip
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
+            if r.returncode:
+                raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-3000:]}")
+            got = json.loads(r.stdout.strip().splitlines()[-1])
+            base = got["natural"]
             for o in orders:
-                check = mgg_json(
-                    p, "check", spec, "--order", o, "--designs", "pipelined", "--op", "gcn",
-                    "--dim", dim, "--repeat", repeat,
-                )  # fmt: skip
-                train = mgg_json(
-                    p, "train", "--dataset", data, "--order", o, "--epochs", epochs,
-                    "--eval-every", 0,
-                )  # fmt: skip
-                row = {
-                    "graph": name,
-                    "np": p,
-                    "order": o,
-                    "check_ok": all(d["ok"] for d in check["designs"].values()),
-                    "agg_ms": check["designs"]["pipelined"]["seconds"] * 1e3,
-                    "epoch_ms": train["epoch_time_s"] * 1e3,
-                    "peer_mb_per_epoch": (train["bytes_per_epoch"] or 0) / 1e6,
-                    "test_acc": train["test_acc"],
-                }
-                base = base or row
+                row = {"graph": name, "np": p, "window": window, "order": o, **got[o]}
                 row["agg_speedup"] = base["agg_ms"] / row["agg_ms"]
                 row["epoch_speedup"] = base["epoch_ms"] / row["epoch_ms"]
                 rows.append(row)
                 print(_line(row), flush=True)
     return rows
+
+
+def worker(data: str, orders, epochs: int, dim: int, repeat: int, window: str) -> None:
+    """One job: the graph prepared in each order (GCN; ``window``: the MPI window of
+    P > 1, '-' for P = 1), then round-robin over the orders
+    the pipelined gcn aggregation at width ``dim`` (``repeat`` rounds) and ``epochs``
+    training steps (each the slowest rank's time); prints one JSON line on rank 0:
+    {order: {agg_ms, epoch_ms, peer_mb_per_epoch, halo_rows}} (medians)."""
+    import json
+
+    from mgg.backend import get_backend
+    from mgg.graph.dataset import random_features
+    from mgg.graph.specs import resolve
+    from mgg.harness.timing import slowest, time_round_robin
+    from mgg.torch import build_model
+    from mgg.train import Trainer, build_optimizer, prepare
+
+    comm = get_backend("cpu").comm()
+    ds = resolve(data)
+    jobs = {}
+    for o in orders:
+        kw = {} if window == "-" else {"window": window}
+        dg, d = prepare(ds, comm, "gcn", order=o, **kw)
+        model = build_model("gcn", d.num_features, d.num_classes, seed=0)
+        t = Trainer(dg, d, model, build_optimizer("adam", model, 0.01, 5e-4), eval_every=0)
+        x = random_features(0, dg.lb, dg.ub, dim, ids=d.node_ids)
+        jobs[o] = (dg, t, x)
+    calls = {o: (lambda dg=dg, x=x: dg.aggregate(x, "gcn")) for o, (dg, _, x) in jobs.items()}
+    for f in calls.values():  # warm: designs built, kernels compiled
+        f()
+    agg = time_round_robin(calls, comm, repeat)
+    steps = {o: [] for o in orders}
+    for e in range(epochs + 1):  # the first, warm-up, is not counted
+        for o in orders[e % len(orders) :] + orders[: e % len(orders)]:
+            dg, t, _ = jobs[o]
+            before = dg.stats["remote_bytes"]
+            comm.barrier()
+            t0 = time.perf_counter()
+            t.train_step()
+            t.read_losses()
+            secs = float(slowest(comm, [time.perf_counter() - t0])[0])
+            if e:
+                mine = dg.stats["remote_bytes"] - before
+                steps[o].append((secs, comm.allreduce(np.array([mine], np.float64))[0]))
+    out = {}
+    for o, (dg, _, _) in jobs.items():
+        halo = comm.allreduce(np.array([dg.plan.num_halo], np.int64))[0]
+        out[o] = {
+            "agg_ms": float(np.median(agg[o])) * 1e3,
+            "epoch_ms": float(np.median([s for s, _ in steps[o]])) * 1e3,
+            "peer_mb_per_epoch": float(np.median([b for _, b in steps[o]])) / 1e6,
+            "halo_rows": int(halo),
+        }
+        dg.free()
+    if comm.rank == 0:
+        print(json.dumps(out), flush=True)
 
 
 def summary(part_rows, time_rows, real: set) -> dict:
@@ -165,14 +219,16 @@ def summary(part_rows, time_rows, real: set) -> dict:
         ):
             poor.add(g)
     out["poor_natural"] = sorted(poor)
-    if best and time_rows:
-        sp = [
-            r["epoch_speedup"]
-            for r in time_rows
-            if r["np"] == 4 and r["order"] == best and r["graph"] in poor
-        ]
-        if sp:
-            out["epoch_speedup_p4_best_on_poor_geomean"] = float(np.exp(np.mean(np.log(sp))))
+    for w in sorted({r["window"] for r in time_rows if r["np"] == 4}):
+        for key in ("epoch_speedup", "agg_speedup"):
+            sp = [
+                r[key]
+                for r in time_rows
+                if (r["np"], r["window"], r["order"]) == (4, w, best) and r["graph"] in poor
+            ]
+            if sp:  # fmt: skip
+                geo_sp = float(np.exp(np.mean(np.log(sp))))
+                out.setdefault(f"{key}_p4_best_on_poor_geomean", {})[w] = geo_sp
     return out
 
 
@@ -184,7 +240,9 @@ def plot(part_rows, time_rows, path: Path) -> None:
 
     names = list(dict.fromkeys(r["graph"] for r in part_rows))
     orders = list(dict.fromkeys(r["order"] for r in part_rows))
-    fig, axes = plt.subplots(1, 3 if time_rows else 1, figsize=(17 if time_rows else 7, 4.5))
+    windows = sorted({r["window"] for r in time_rows if r["np"] == 4})
+    panels = 1 + 2 * len(windows)
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
     axes = np.atleast_1d(axes)
     width = 0.8 / len(orders)
     x = np.arange(len(names))
@@ -203,10 +261,10 @@ def plot(part_rows, time_rows, path: Path) -> None:
     p4 = [r for r in part_rows if r["np"] == 4]
     bars(axes[0], p4, "halo_vs_natural", "halo rows vs natural, P = 4 (lower is better)", True)
     axes[0].legend()
-    if time_rows:
-        t4 = [r for r in time_rows if r["np"] == 4]
-        bars(axes[1], t4, "agg_speedup", "pipelined gcn aggregation speed-up, P = 4")
-        bars(axes[2], t4, "epoch_speedup", "GCN epoch speed-up, P = 4")
+    for i, w in enumerate(windows):
+        t4 = [r for r in time_rows if r["np"] == 4 and r["window"] == w]
+        bars(axes[1 + 2 * i], t4, "agg_speedup", f"gcn aggregation speed-up, P = 4, {w}")
+        bars(axes[2 + 2 * i], t4, "epoch_speedup", f"GCN epoch speed-up, P = 4, {w}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -222,7 +280,14 @@ def main():
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--work", default="/tmp/mgg-locality")
+    ap.add_argument("--time-ranks", default="1,2,4", help="P of the timing jobs")
+    ap.add_argument("--windows", default="shm,msg", help="the timing jobs' windows (P > 1)")
+    ap.add_argument("--window", default="-", help=argparse.SUPPRESS)  # the worker's
+    ap.add_argument("--worker", help=argparse.SUPPRESS)  # one timing job's graph
     args = ap.parse_args()
+    if args.worker:
+        orders = args.orders.split(",")
+        return worker(args.worker, orders, args.epochs, args.dim, args.repeat, args.window)
     names = args.graphs.split(",") if args.graphs else None
     named = graphs(names, args.products_scale) if names else graphs(
         ("cora", "pubmed", "amazon_photo", "amazon_computers", "coauthor_cs", "ego_twitter",
@@ -232,17 +297,19 @@ def main():
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     part_rows = partition(named, [int(p) for p in args.ranks.split(",")], orders)
-    time_rows = timing(named, orders, args.epochs, args.dim, args.repeat, work) if (
-        "time" in parts
-    ) else []  # fmt: skip
+    time_ranks = [int(p) for p in args.time_ranks.split(",")]
+    windows = args.windows.split(",")
+    time_rows = timing(
+        named, orders, args.epochs, args.dim, args.repeat, work, time_ranks, windows
+    ) if "time" in parts else []  # fmt: skip
     real = {p.stem for p in SHARED_DATA.glob("*.npz")}
     summ = summary(part_rows, time_rows, real)
     summ["goals"] = GOALS
     print(summ, flush=True)
     table = part_rows + time_rows
-    cols = ["graph", "np", "order", "halo_rows", "halo_vs_natural", "remote_fraction"]
+    cols = ["graph", "np", "window", "order", "halo_rows", "halo_vs_natural", "remote_fraction"]
     cols += ["imbalance", "order_s", "plan_s", "order_vs_plan", "agg_ms", "agg_speedup"]
-    cols += ["epoch_ms", "epoch_speedup", "test_acc"]
+    cols += ["epoch_ms", "epoch_speedup", "peer_mb_per_epoch"]
     geo = ", ".join(f"{o} {v:.3f}x" for o, v in summ["halo_vs_natural_p4_geomean"].items())
     notes = (
         f"Halo rows vs natural at P = 4, geomean over the real graphs: {geo} (goal: the best "
@@ -250,11 +317,17 @@ def main():
         f"{summ.get('rcm_vs_plan_max', float('nan')):.2f}x (goal <= {GOALS['rcm_vs_plan']}x); "
         f"METIS: up to {summ.get('metis_vs_plan_max', float('nan')):.2f}x. Natural order poor "
         f"(halo > {POOR}x the best order's at P = 4) on: {', '.join(summ['poor_natural'])}; "
-        "the best order's GCN epoch speed-up at P = 4 there, geomean: "
-        f"{summ.get('epoch_speedup_p4_best_on_poor_geomean', float('nan')):.2f}x (goal >= "
-        f"{GOALS['epoch_p4']}x). Rows with agg_ms come from `mgg check --designs pipelined "
-        "--op gcn`, epoch_ms from `mgg train` (GCN), each order in its own job; the "
-        "machine's ranks share its cores, so P = 4 times include oversubscription."
+        "the best order's GCN epoch speed-up at P = 4 there, geomean by window: "
+        + ", ".join(
+            f"{w} {v:.2f}x"
+            for w, v in summ.get("epoch_speedup_p4_best_on_poor_geomean", {}).items()
+        )
+        + f" (goal >= {GOALS['epoch_p4']}x). agg_ms and epoch_ms: the orders of a graph timed "
+        "round-robin in one job per P and window (pipelined gcn aggregation; GCN training "
+        "steps, slowest rank). Window shm: peers' rows are loads from one node's shared "
+        "memory; msg: two-sided messages, what a job across nodes uses (here on one node). "
+        "With 2 cores, P = 4 runs two ranks per core. At P = 1 metis is the natural order "
+        "(one part)."
     )
     name = "locality" if not args.graphs else f"locality-{args.graphs.replace(',', '-')}"
     write_results(name, {"summary": summ, "partition": part_rows, "time": time_rows}, table,

@@ -657,7 +657,7 @@ class Trainer:
         self.history = list(meta.get("history", []))
         self._unread = []  # records of steps the checkpoint replaces
         self.tuning = meta.get("tuning")
-        for note in checkpoint.restore_knobs(self.g, meta):
+        for note in checkpoint.restore_knobs(self.g, meta, self.data.order):
             if self.log:
                 self.log(f"checkpoint {path}: {note}")
         self._resumed_from = path if epochs is None else None  # else checked already

@@ -94,8 +94,12 @@ def main(args) -> int:
         check_target(args.out, args.force)
     if args.np is None:
         raise ValueError("--np P is required (the number of ranks to partition for)")
-    if args.save_order and (args.order_file or names == ["natural"]):
-        raise ValueError("--save-order writes the order that --order computes (degree, rcm, metis)")
+    if args.save_order:
+        if args.order_file or names == ["natural"]:
+            raise ValueError(
+                "--save-order writes the order that --order computes (degree, rcm, metis)"
+            )
+        node_order.check_target(args.save_order)
     t0 = time.perf_counter()
     ds = open_dataset(args.graph, args.scale, args.seed)
     if isinstance(ds, ShardedDataset):

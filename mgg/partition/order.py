@@ -7,7 +7,7 @@ that the contiguous ranges it cuts hold neighbourhoods and fewer rows cross rank
   metis    METIS k-way into P parts (pymetis, the ``metis`` extra), vertex weights
            in-degree + 1 so that parts balance edges as Algorithm 1 does; numbered part
            by part (the graph's order within a part), so Algorithm 1's ranges are
-           METIS's parts up to its 3% imbalance
+           METIS's parts up to its 3% imbalance; one part (P = 1) is the natural order
 
 A permutation ``perm`` int64 [N] maps new ids to original ones: new node i is original
 node ``perm[i]`` (scipy's convention, ``A[perm][:, perm]``); ``Order.rank`` is its
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..atomic import atomic_write
+from ..atomic import atomic_write, check_folder
 from ..errors import InputError
 from ..graph.core import Graph
 from ..knobs import ORDERS
@@ -136,14 +136,14 @@ def _rcm(graph: Graph) -> np.ndarray:
     return reverse_cuthill_mckee(_structure(graph), symmetric_mode=True).astype(np.int64)
 
 
-def _metis(graph: Graph, parts: int, seed: int) -> np.ndarray:
+def _metis(graph: Graph, parts: int, seed: int) -> np.ndarray | None:
     try:
         import pymetis
     except ImportError:
         raise OrderError(f"--order metis needs pymetis: {METIS_INSTALL}") from None
     n = graph.num_nodes
-    if parts <= 1 or n <= parts:  # one part: METIS has nothing to cut
-        return np.arange(n, dtype=np.int64)
+    if parts <= 1 or n <= parts:  # one part: the natural order
+        return None
     s = _structure(graph)
     it = pymetis.zero_copy_dtype()
     adjacency = pymetis.CSRAdjacency(s.indptr.astype(it), s.indices.astype(it))
@@ -199,12 +199,20 @@ def check_perm(perm: np.ndarray, num_nodes: int, source: str) -> np.ndarray:
     return perm
 
 
+def check_target(path) -> None:
+    """OrderError unless ``path`` may take an order file (a .npy in a folder that exists),
+    before the order is computed."""
+    path = os.fspath(path)
+    if not path.endswith(".npy"):
+        raise OrderError(f"{path}: an order file is a .npy (--save-order F.npy)")
+    check_folder(path)
+
+
 def save(path, order: Order, fingerprint: str) -> None:
     """Write ``order`` to ``path`` (.npy) atomically, with its name and the ``fingerprint``
     of its graph after the array."""
     path = os.fspath(path)
-    if not path.endswith(".npy"):
-        raise OrderError(f"{path}: an order file is a .npy (--save-order F.npy)")
+    check_target(path)
     if order.perm is None:
         raise OrderError(f"{path}: the natural order needs no file")
     facts = {"order": order.name, "num_nodes": int(order.perm.size), "graph": fingerprint}
@@ -274,6 +282,7 @@ __all__ = [
     "Order",
     "OrderError",
     "check_perm",
+    "check_target",
     "compute",
     "degree_order",
     "fingerprint_of",
