@@ -27,6 +27,7 @@ from test_cuda import (
     nvshmem_outputs,
     ptx_params,
     ptx_type,
+    two_at_a_time,
 )
 
 from mgg.errors import InputError
@@ -156,31 +157,41 @@ def test_bf16_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted
     home = nvshmem_home()
     if home is None:
         pytest.skip("the get mode needs NVSHMEM (nvidia-nvshmem-cu13, in the dev extra)")
-    archs = ["arch=compute_90,code=sm_90"]
-    gencode = [a for arch in archs for a in ("-gencode", arch)]
     opts = list(compile_options(bool(weighted), "get", (8, 128), bf16=True))
     assert "-DMGG_BF16=1" in opts and "-dc" in opts
-    r = subprocess.run(
-        [NVCC, *gencode, *opts, "--Werror", "all-warnings", "-Xptxas", "-v"]
-        + ["-o", str(tmp_path / "k.o"), str(every_class_source(tmp_path, BF16_CLASSES))],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    classes = set(BF16_CLASSES)
-    assert compiled_classes(r.stderr) == {"sm_90": classes}
+    arch = "arch=compute_90,code=sm_90"
     link_opts = [o for o in opts if o != "-dc"]
-    for arch in archs:
-        r = subprocess.run(
-            [NVCC, "-gencode", arch, "--cubin", *link_opts, "--device-link", str(tmp_path / "k.o")]
-            + ["-o", str(tmp_path / "k.cubin")],
+
+    def build(half: int):  # every other class, in two objects compiled side by side
+        d = tmp_path / f"half{half}"
+        d.mkdir()
+        source = every_class_source(d, BF16_CLASSES[half::2])
+        compiled = subprocess.run(
+            [NVCC, "-gencode", arch, *opts, "--Werror", "all-warnings", "-Xptxas", "-v"]
+            + ["-o", str(d / "k.o"), str(source)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if compiled.returncode:
+            return compiled, None
+        linked = subprocess.run(
+            [NVCC, "-gencode", arch, "--cubin", *link_opts, "--device-link", str(d / "k.o")]
+            + ["-o", str(d / "k.cubin")],
             capture_output=True,
             text=True,
             timeout=300,
         )
-        assert r.returncode == 0, r.stderr[-3000:]
-        assert (tmp_path / "k.cubin").stat().st_size > 100_000
+        return compiled, linked
+
+    classes = set()
+    for half, (compiled, linked) in enumerate(two_at_a_time(build, (0, 1))):
+        assert compiled.returncode == 0, compiled.stderr[-3000:]
+        classes |= compiled_classes(compiled.stderr)["sm_90"]
+        assert linked.returncode == 0, linked.stderr[-3000:]
+        # the device library's code was linked in, not left unresolved
+        assert (tmp_path / f"half{half}" / "k.cubin").stat().st_size > 100_000
+    assert classes == set(BF16_CLASSES)
 
 
 @pytest.mark.compile
@@ -220,17 +231,17 @@ def test_bf16_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     lib = nvrtc_library(major)
     if lib is None:
         pytest.skip(f"NVRTC {major} not installed (the dev extra installs it on Linux x86_64)")
+    jobs = []
     for arch in ("sm_80", "sm_90"):
         tail = [f"--gpu-architecture={arch}", "-ftz=true"]  # as CuPy adds
         for weighted in (False, True):
             for cls in NVRTC_CLASSES if arch == "sm_90" else [(8, 128), (1, 0)]:
-                opts = [*compile_options(weighted, "p2p", cls, bf16=True), *tail]
-                status, log, size = nvrtc_compile(lib, SOURCE.read_text(), opts)
-                assert status == 0 and size > 0, (cls, log)
+                jobs.append((SOURCE, [*compile_options(weighted, "p2p", cls, bf16=True), *tail]))
     for arch in ("sm_75", "sm_80", "sm_90"):
-        opts = ["-std=c++17", f"--gpu-architecture={arch}", "-ftz=true"]
-        status, log, size = nvrtc_compile(lib, NN.read_text(), opts)
-        assert status == 0 and size > 0, (arch, log)
+        jobs.append((NN, ["-std=c++17", f"--gpu-architecture={arch}", "-ftz=true"]))
+    got = two_at_a_time(lambda job: nvrtc_compile(lib, job[0].read_text(), job[1]), jobs)
+    for (source, opts), (status, log, size) in zip(jobs, got, strict=True):
+        assert status == 0 and size > 0, (source.name, opts, log)
     for weighted in (False, True):  # the float32 variant's parameters; out the float32 sums
         opts = [*compile_options(weighted, "p2p", bf16=True), "--gpu-architecture=compute_90"]
         ptx = nvrtc_ptx(lib, SOURCE.read_text(), opts)
@@ -268,9 +279,8 @@ def test_bf16_launcher_arguments_match_the_compiled_kernels(rng, monkeypatch, tm
     out, acc, peers = np.zeros_like(x), np.zeros(n * d, np.float32), np.zeros(1, np.uint64)
     wl = rng.random((plan.num_local_edges, 3), dtype=np.float32)
     wr = rng.random((plan.num_remote_edges, 3), dtype=np.float32)
-    ptx = {
-        w: nvcc_ptx(tmp_path, SOURCE, compile_options(w, mode, bf16=True)) for w in (False, True)
-    }
+    opts = [compile_options(w, mode, bf16=True) for w in (False, True)]
+    ptx = two_at_a_time(lambda o: nvcc_ptx(tmp_path, SOURCE, o), opts)  # [unweighted, weighted]
     # D = 48: 8-element lanes (6 of 8 in a group); with 3 heads a head is 16 wide: still 8
     cases = [  # (op, weights, weighted module, mean flag)
         ("sum", None, False, 0),

@@ -110,6 +110,7 @@ def test_rows_by_original_id_carry_the_natural_split_and_features(rng):
     full = random_features(3, 0, 20000, 5)
     pick = np.array([19999, 0, 4096, 4095, 12345, 7])
     np.testing.assert_array_equal(random_features(3, 0, pick.size, 5, ids=pick), full[pick])
+    assert random_features(3, 7, 7, 5, ids=np.zeros(0, np.int64)).shape == (0, 5)  # no rows
 
 
 def test_an_order_file_round_trips_and_bad_ones_are_named(rng, tmp_path):

@@ -248,7 +248,7 @@ def random_features(
         order = np.argsort(ids, kind="stable")
         blocks = ids[order] // block
         starts = np.flatnonzero(np.r_[True, blocks[1:] != blocks[:-1]]) if ids.size else []
-        for a, z in zip(starts, [*starts[1:], ids.size], strict=True):
+        for a, z in zip(starts, [*starts[1:], ids.size][: len(starts)], strict=True):
             b = int(blocks[a])
             rows = np.random.default_rng([seed, b]).standard_normal((block, dim), np.float32)
             out[order[a:z]] = rows[ids[order[a:z]] - b * block]

@@ -182,7 +182,7 @@ def check(
             plan = build_plan(
                 order.apply(g), comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False
             )
-            ids = order.ids(plan.lb, plan.ub)
+            ids = None if order.natural else order.ids(plan.lb, plan.ub)
         dtype = row_dtype(knobs.dtype)
         x = random_features(seed, plan.lb, plan.ub, dim, ids=ids).astype(dtype)
         ref = None
