@@ -113,18 +113,20 @@ def degree_order(degrees: np.ndarray) -> np.ndarray:
 
 
 def _structure(graph: Graph):
-    """The symmetric 0/1 structure of ``graph`` without self loops (scipy CSR, int32
-    indices): what RCM and METIS order."""
+    """The symmetric 0/1 structure of ``graph`` without self loops (scipy CSR of bools,
+    sorted rows): what RCM and METIS order."""
     import scipy.sparse as sp
 
     n = graph.num_nodes
-    a = sp.csr_matrix(
-        (np.ones(graph.num_edges, np.int8), graph.indices, graph.indptr), shape=(n, n)
-    )
-    s = (a + a.T).tocsr() if not graph.symmetric else a
-    s.setdiag(0)
-    s.eliminate_zeros()
-    s.sort_indices()
+    a = sp.csr_matrix((np.ones(graph.num_edges, bool), graph.indices, graph.indptr), shape=(n, n))
+    s = (a + a.T).tocsr() if not graph.symmetric else a  # bools: duplicates cannot overflow
+    s.sum_duplicates()
+    rows = np.repeat(np.arange(n, dtype=s.indices.dtype), np.diff(s.indptr))
+    keep = s.indices != rows
+    if not keep.all():  # drop the loops (scipy's setdiag would rebuild the matrix)
+        kept = np.zeros(keep.size + 1, np.int64)
+        np.cumsum(keep, out=kept[1:])
+        s = sp.csr_matrix((s.data[keep], s.indices[keep], kept[s.indptr]), shape=(n, n))
     return s
 
 
