@@ -43,7 +43,14 @@ def graphs(names, products_scale: float) -> list[tuple[str, str]]:
     return out
 
 
-def partition(named, ranks, orders) -> list[dict]:
+def variant(order: str, split: str) -> tuple[str, str]:
+    """(order, split) of an --orders entry: ORDER, or ORDER/SPLIT (e.g. metis/mixed: METIS
+    balancing, and the ranks cut by, both shares)."""
+    name, _, own = order.partition("/")
+    return name, own or split
+
+
+def partition(named, ranks, orders, split: str) -> list[dict]:
     """Each order's plan facts at each P, and its time against build_plan's."""
     from mgg.graph.specs import resolve
     from mgg.partition import build_plan, plan_stats
@@ -57,13 +64,14 @@ def partition(named, ranks, orders) -> list[dict]:
             for o in orders:
                 times, order = [], None
                 for _ in range(1 if o == "natural" else 3):
-                    order = node_order.compute(g, o, parts=p)
+                    name_, split_ = variant(o, split)
+                    order = node_order.compute(g, name_, parts=p, split=split_)
                     times.append(order.seconds)
                 job = order.apply(g).gcn_norm()
                 plan_s = []
                 for _ in range(3):
                     t0 = time.perf_counter()
-                    st = plan_stats(build_plan(job, p, 16))
+                    st = plan_stats(build_plan(job, p, 16, split=split_))
                     plan_s.append(time.perf_counter() - t0)
                 row = {
                     "graph": name,
@@ -107,7 +115,7 @@ def labeled(name: str, spec: str, work: Path) -> str:
 
 
 def timing(
-    named, orders, epochs: int, dim: int, repeat: int, work: Path, ranks, windows
+    named, orders, epochs: int, dim: int, repeat: int, work: Path, ranks, windows, split: str
 ) -> list[dict]:
     """Per graph, P and window (P > 1), one job (this script's worker under mggrun) that
     prepares the graph in every order and times them round-robin."""
@@ -122,7 +130,7 @@ def timing(
             cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(p), sys.executable,
                    __file__, "--worker", data, "--orders", ",".join(orders), "--epochs",
                    str(epochs), "--dim", str(dim), "--repeat", str(repeat), "--window",
-                   window]  # fmt: skip
+                   window, "--split", split]  # fmt: skip
             r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
             if r.returncode:
                 raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-3000:]}")
@@ -137,7 +145,7 @@ def timing(
     return rows
 
 
-def worker(data: str, orders, epochs: int, dim: int, repeat: int, window: str) -> None:
+def worker(data: str, orders, epochs: int, dim: int, repeat: int, window: str, split: str) -> None:
     """One job: the graph prepared in each order (GCN; ``window``: the MPI window of
     P > 1, '-' for P = 1), then round-robin over the orders
     the pipelined gcn aggregation at width ``dim`` (``repeat`` rounds) and ``epochs``
@@ -157,7 +165,8 @@ def worker(data: str, orders, epochs: int, dim: int, repeat: int, window: str) -
     jobs = {}
     for o in orders:
         kw = {} if window == "-" else {"window": window}
-        dg, d = prepare(ds, comm, "gcn", order=o, **kw)
+        name_, split_ = variant(o, split)
+        dg, d = prepare(ds, comm, "gcn", order=name_, split=split_, **kw)
         model = build_model("gcn", d.num_features, d.num_classes, seed=0)
         t = Trainer(dg, d, model, build_optimizer("adam", model, 0.01, 5e-4), eval_every=0)
         x = random_features(0, dg.lb, dg.ub, dim, ids=d.node_ids)
@@ -241,9 +250,8 @@ def plot(part_rows, time_rows, path: Path) -> None:
     names = list(dict.fromkeys(r["graph"] for r in part_rows))
     orders = list(dict.fromkeys(r["order"] for r in part_rows))
     windows = sorted({r["window"] for r in time_rows if r["np"] == 4})
-    panels = 1 + 2 * len(windows)
-    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4.5))
-    axes = np.atleast_1d(axes)
+    fig, axes = plt.subplots(1 + len(windows), 2, figsize=(14, 4.2 * (1 + len(windows))))
+    axes = np.atleast_2d(axes)
     width = 0.8 / len(orders)
     x = np.arange(len(names))
 
@@ -252,19 +260,21 @@ def plot(part_rows, time_rows, path: Path) -> None:
             v = [next((r[key] for r in rows if r["graph"] == n and r["order"] == o), np.nan)
                  for n in names]  # fmt: skip
             ax.bar(x + i * width, v, width, label=o)
-        ax.axhline(1.0, color="k", lw=0.8)
+        if not key.endswith("fraction"):
+            ax.axhline(1.0, color="k", lw=0.8)
         ax.set_xticks(x + width * (len(orders) - 1) / 2, names, rotation=30, ha="right")
         ax.set_title(title)
         if log:
             ax.set_yscale("log")
 
     p4 = [r for r in part_rows if r["np"] == 4]
-    bars(axes[0], p4, "halo_vs_natural", "halo rows vs natural, P = 4 (lower is better)", True)
-    axes[0].legend()
-    for i, w in enumerate(windows):
+    bars(axes[0, 0], p4, "halo_vs_natural", "halo rows vs natural, P = 4 (lower is better)", True)
+    bars(axes[0, 1], p4, "remote_fraction", "remote-edge fraction, P = 4")
+    axes[0, 0].legend()
+    for i, w in enumerate(windows, 1):
         t4 = [r for r in time_rows if r["np"] == 4 and r["window"] == w]
-        bars(axes[1 + 2 * i], t4, "agg_speedup", f"gcn aggregation speed-up, P = 4, {w}")
-        bars(axes[2 + 2 * i], t4, "epoch_speedup", f"GCN epoch speed-up, P = 4, {w}")
+        bars(axes[i, 0], t4, "agg_speedup", f"pipelined gcn aggregation speed-up, P = 4, {w}")
+        bars(axes[i, 1], t4, "epoch_speedup", f"GCN epoch speed-up, P = 4, {w}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -274,7 +284,7 @@ def main():
     ap.add_argument("--graphs", default=None, help="comma-separated; default the seven")
     ap.add_argument("--products-scale", type=float, default=0.1, help="0: no stand-in")
     ap.add_argument("--ranks", default="2,4,8")
-    ap.add_argument("--orders", default=",".join(ORDERS))
+    ap.add_argument("--orders", default=",".join(ORDERS), help="ORDER or ORDER/SPLIT, ...")
     ap.add_argument("--parts", default="partition,time")
     ap.add_argument("--epochs", type=int, default=20)
     ap.add_argument("--dim", type=int, default=64)
@@ -283,11 +293,14 @@ def main():
     ap.add_argument("--time-ranks", default="1,2,4", help="P of the timing jobs")
     ap.add_argument("--windows", default="shm,msg", help="the timing jobs' windows (P > 1)")
     ap.add_argument("--window", default="-", help=argparse.SUPPRESS)  # the worker's
+    ap.add_argument("--split", default="edges", help="the node split (METIS balances it too)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)  # one timing job's graph
     args = ap.parse_args()
     if args.worker:
         orders = args.orders.split(",")
-        return worker(args.worker, orders, args.epochs, args.dim, args.repeat, args.window)
+        return worker(
+            args.worker, orders, args.epochs, args.dim, args.repeat, args.window, args.split
+        )
     names = args.graphs.split(",") if args.graphs else None
     named = graphs(names, args.products_scale) if names else graphs(
         ("cora", "pubmed", "amazon_photo", "amazon_computers", "coauthor_cs", "ego_twitter",
@@ -296,11 +309,11 @@ def main():
     parts = args.parts.split(",")
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    part_rows = partition(named, [int(p) for p in args.ranks.split(",")], orders)
+    part_rows = partition(named, [int(p) for p in args.ranks.split(",")], orders, args.split)
     time_ranks = [int(p) for p in args.time_ranks.split(",")]
     windows = args.windows.split(",")
     time_rows = timing(
-        named, orders, args.epochs, args.dim, args.repeat, work, time_ranks, windows
+        named, orders, args.epochs, args.dim, args.repeat, work, time_ranks, windows, args.split
     ) if "time" in parts else []  # fmt: skip
     real = {p.stem for p in SHARED_DATA.glob("*.npz")}
     summ = summary(part_rows, time_rows, real)
@@ -330,6 +343,7 @@ def main():
         "(one part)."
     )
     name = "locality" if not args.graphs else f"locality-{args.graphs.replace(',', '-')}"
+    name += "" if args.split == "edges" else f"-split-{args.split}"
     write_results(name, {"summary": summ, "partition": part_rows, "time": time_rows}, table,
                   cols, notes)  # fmt: skip
     plot(part_rows, time_rows, RESULTS / f"{name}.png")

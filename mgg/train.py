@@ -116,7 +116,9 @@ def prepare(
             raise ValueError(
                 f"dataset {dataset.name!r} has no labels: node classification needs them"
             )
-        ordered = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
+        ordered = node_order.for_job(
+            dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
+        )
         g = job_graph(ordered.apply(dataset.graph), kind)
         dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
         ids = None if ordered.natural else ordered.ids(dg.lb, dg.ub)

@@ -110,7 +110,7 @@ def main(args) -> int:
     every = []
     for name in names:
         order = node_order.for_job(
-            ds.graph, name, parts=args.np, path=args.order_file, seed=args.seed
+            ds.graph, name, parts=args.np, path=args.order_file, seed=args.seed, split=knobs.split
         )
         t0 = time.perf_counter()
         plans = build_plan(

@@ -175,9 +175,7 @@ class Graph:
         new id -> original id; ``rank``: its inverse, if known); each row's sources come out
         sorted, weights with them."""
         perm = np.asarray(perm, np.int64)
-        if rank is None:
-            rank = np.empty(perm.size, np.int64)
-            rank[perm] = np.arange(perm.size, dtype=np.int64)
+        rank = inverse(perm) if rank is None else rank
         indptr = np.zeros(self.num_nodes + 1, np.int64)
         np.cumsum(self.in_degrees()[perm], out=indptr[1:])
         indices = np.empty_like(self.indices)
@@ -291,6 +289,13 @@ class Graph:
 
 
 GRAPH_KINDS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
+
+
+def inverse(perm: np.ndarray) -> np.ndarray:
+    """int64 [N]: the inverse of the permutation ``perm`` [N] (rank[perm[i]] = i)."""
+    rank = np.empty(perm.size, np.int64)
+    rank[perm] = np.arange(perm.size, dtype=np.int64)
+    return rank
 
 
 def check_gcn_weights(negative: int, num_edges: int) -> None:

@@ -156,7 +156,9 @@ def check(
         if graph_root is not None and dataset.order != "natural":
             graph_root = graph_root.permute(order.rank)
     else:
-        order = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
+        order = node_order.for_job(
+            dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
+        )
         g0 = dataset.graph
         gcn_graph = g0.gcn_norm() if "gcn" in ops else None
     result = {

@@ -67,7 +67,9 @@ def tune(
     if isinstance(dataset, ShardedDataset):
         base, ids = sharded_plan(dataset, comm, op == "gcn", knobs, order_file)
     else:
-        order = node_order.for_job(dataset.graph, knobs.order, comm, path=order_file, seed=seed)
+        order = node_order.for_job(
+            dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
+        )
         g = order.apply(dataset.graph)
         g = g.gcn_norm() if op == "gcn" else g
         base = build_plan(

@@ -4,10 +4,11 @@ that the contiguous ranges it cuts hold neighbourhoods and fewer rows cross rank
   natural  the graph's own numbering
   degree   hubs first: in + out degree, descending (ties by id)
   rcm      reverse Cuthill-McKee of the symmetrized structure (scipy.sparse.csgraph)
-  metis    METIS k-way into P parts (pymetis, the ``metis`` extra), vertex weights
-           in-degree + 1 so that parts balance edges as Algorithm 1 does; numbered part
-           by part (the graph's order within a part), so Algorithm 1's ranges are
-           METIS's parts up to its 3% imbalance; one part (P = 1) is the natural order
+  metis    METIS k-way into P parts (pymetis, the ``metis`` extra), vertex weights what
+           the job's split balances (edges: in-degree + 1, as Algorithm 1 does; nodes:
+           1; mixed: both shares); numbered part by part (the graph's order within a
+           part), so the split's ranges are METIS's parts up to its 3% imbalance; one
+           part (P = 1) is the natural order
 
 A permutation ``perm`` int64 [N] maps new ids to original ones: new node i is original
 node ``perm[i]`` (scipy's convention, ``A[perm][:, perm]``); ``Order.rank`` is its
@@ -27,14 +28,15 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from ..atomic import atomic_write, check_folder
 from ..errors import InputError
-from ..graph.core import Graph
-from ..knobs import ORDERS
+from ..graph.core import Graph, inverse
+from ..knobs import DEFAULTS, ORDERS
 
 TRAILER = b"\n#mgg-order "  # then one line of JSON: name, num_nodes, graph fingerprint
 METIS_INSTALL = "pip install 'mgg[metis]' (or pip install pymetis)"
@@ -55,7 +57,6 @@ class Order:
     perm: np.ndarray | None = None
     seconds: float = 0.0
     source: str | None = None
-    _rank: list = field(default_factory=list, repr=False)
 
     @property
     def natural(self) -> bool:
@@ -67,12 +68,10 @@ class Order:
             return np.arange(lb, ub, dtype=np.int64)
         return self.perm[lb:ub]
 
-    @property
+    @cached_property
     def rank(self) -> np.ndarray:
         """int64 [N]: the new id of each original node (the inverse permutation)."""
-        if not self._rank:
-            self._rank.append(inverse(self.perm))
-        return self._rank[0]
+        return inverse(self.perm)
 
     def apply(self, graph: Graph) -> Graph:
         """``graph`` with its nodes renumbered in this order."""
@@ -83,16 +82,12 @@ class Order:
         return rows if self.perm is None else rows[self.rank]
 
 
-def inverse(perm: np.ndarray) -> np.ndarray:
-    """int64 [N]: rank[perm[i]] = i."""
-    rank = np.empty(perm.size, np.int64)
-    rank[perm] = np.arange(perm.size, dtype=np.int64)
-    return rank
-
-
-def compute(graph: Graph, name: str, parts: int = 1, seed: int = 0) -> Order:
+def compute(
+    graph: Graph, name: str, parts: int = 1, seed: int = 0, split: str = DEFAULTS.split
+) -> Order:
     """The order ``name`` (ORDERS) of ``graph``; ``parts``: METIS's part count (the
-    job's ranks P); ``seed``: METIS's."""
+    job's ranks P); ``seed``: METIS's; ``split``: what METIS's parts balance (the knob:
+    the job's node split)."""
     if name not in ORDERS:
         raise OrderError(f"unknown order {name!r}; choose one of {', '.join(ORDERS)}")
     t0 = time.perf_counter()
@@ -103,7 +98,7 @@ def compute(graph: Graph, name: str, parts: int = 1, seed: int = 0) -> Order:
     elif name == "rcm":
         perm = _rcm(graph)
     else:
-        perm = _metis(graph, parts, seed)
+        perm = _metis(graph, parts, seed, split)
     return Order(name, perm, time.perf_counter() - t0)
 
 
@@ -138,7 +133,19 @@ def _rcm(graph: Graph) -> np.ndarray:
     return reverse_cuthill_mckee(_structure(graph), symmetric_mode=True).astype(np.int64)
 
 
-def _metis(graph: Graph, parts: int, seed: int) -> np.ndarray | None:
+def metis_weights(graph: Graph, split: str = DEFAULTS.split) -> np.ndarray:
+    """int64 [N]: each node's weight in what the split balances (mgg.partition.node_split):
+    its edges in GCN's graph (in-degree + 1), 1 for nodes, or for mixed its share of the
+    edges plus its share of the nodes (in hundredths of a node's)."""
+    deg = graph.in_degrees() + 1
+    if split == "nodes":
+        return np.ones(graph.num_nodes, np.int64)
+    if split == "mixed":
+        return np.rint(100 * (deg * (graph.num_nodes / deg.sum()) + 1)).astype(np.int64)
+    return deg
+
+
+def _metis(graph: Graph, parts: int, seed: int, split: str) -> np.ndarray | None:
     try:
         import pymetis
     except ImportError:
@@ -152,7 +159,7 @@ def _metis(graph: Graph, parts: int, seed: int) -> np.ndarray | None:
     part = pymetis.part_graph(
         parts,
         adjacency,
-        vweights=(graph.in_degrees() + 1).astype(it),
+        vweights=metis_weights(graph, split).astype(it),
         options=pymetis.Options(seed=seed),
     ).vertex_part
     return np.argsort(np.asarray(part), kind="stable").astype(np.int64)
@@ -253,11 +260,20 @@ def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
     return Order(str(facts.get("order") or "file"), perm, time.perf_counter() - t0, path)
 
 
-def for_job(graph: Graph, name: str, comm=None, *, parts=None, path=None, seed: int = 0) -> Order:
+def for_job(
+    graph: Graph,
+    name: str,
+    comm=None,
+    *,
+    parts=None,
+    path=None,
+    seed: int = 0,
+    split: str = DEFAULTS.split,
+) -> Order:
     """The order of a job of ``comm``'s ranks (None: one process): ``name``'s, computed for
-    ``parts`` (default the job's ranks) METIS parts, or the one read from ``path``; rank 0
-    computes it (METIS and RCM need the whole graph; one computation, not P) and every
-    rank gets it. Collective."""
+    ``parts`` (default the job's ranks) METIS parts balancing what ``split`` does, or the
+    one read from ``path``; rank 0 computes it (METIS and RCM need the whole graph; one
+    computation, not P) and every rank gets it. Collective."""
     size = parts or (1 if comm is None else comm.size)
     if path is not None and name != "natural":
         raise OrderError(f"--order {name} and --order-file {path}: give one of them")
@@ -269,7 +285,7 @@ def for_job(graph: Graph, name: str, comm=None, *, parts=None, path=None, seed: 
             if path is not None:
                 order = read(path, graph.num_nodes, fingerprint_of(graph))
             else:
-                order = compute(graph, name, size, seed)
+                order = compute(graph, name, size, seed, split)
         except OrderError as e:
             error = e
     if comm is not None:
@@ -291,6 +307,7 @@ __all__ = [
     "for_job",
     "graph_fingerprint",
     "inverse",
+    "metis_weights",
     "read",
     "save",
 ]
