@@ -181,9 +181,10 @@ OUTPUT_COPIES = 6  # [rows, classes] tensors: the last layer's, the loss's and t
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
 # a node order (mgg.partition.order): the permuted CSR beside the graph's, and for rcm and
-# metis the symmetric structure they order (A + A^T and scipy's temporaries; METIS's
-# int64 copy of it) while they compute, per edge of the graph
-ORDER_STRUCTURE_PER_EDGE = {"rcm": 30, "metis": 46}
+# metis the symmetric structure they order (E entries, 2E for a directed graph) while they
+# compute, per entry: A + A^T and scipy's temporaries; for METIS its int64 copy and its
+# coarsened graphs (products stand-in, 12.4M entries: 1,195 MB above natural's peak)
+ORDER_STRUCTURE_PER_EDGE = {"rcm": 30, "metis": 110}
 # what mgg.train.prepare gives a graph without features (here, as the estimate counts it):
 FEATURELESS_IDENTITY_MAX = 200_000  # one-hot node ids up to this many nodes, else
 FEATURELESS_WIDTH = 64  # this many seeded random features
@@ -252,7 +253,8 @@ def estimate(
         load = part["dataset"] + LOAD_PER_EDGE * e
         build = part["dataset"] + JOB_PER_ENTRY * entries + plan
         if order != "natural":
-            part["order"] = ORDER_STRUCTURE_PER_EDGE.get(order, 0) * e + 16 * n
+            entries = e if symmetric else 2 * e
+            part["order"] = ORDER_STRUCTURE_PER_EDGE.get(order, 0) * entries + 16 * n
             load = max(load, part["dataset"] + part["order"])
             build += csr_bytes(n, e, build=False) + 16 * n
     if makes_split and not multilabel:

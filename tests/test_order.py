@@ -77,6 +77,21 @@ def test_metis_balances_edges_as_algorithm_1_does(rng):
     assert np.array_equal(node_order.compute(g, "metis", parts=4).perm, o.perm)  # seeded
 
 
+@pytest.mark.parametrize("split", ["edges", "nodes", "mixed"])
+def test_metis_parts_are_the_ranges_of_the_job_s_split(rng, split):
+    """METIS balances what the split balances, so the split cuts (about) at METIS's part
+    boundaries: few rows cross ranks under every split."""
+    g = scrambled_communities(rng)
+    o = node_order.compute(g, "metis", parts=4, split=split)
+    ordered = plan_stats(build_plan(o.apply(g), 4, 8, split=split, transposed=False))
+    natural = plan_stats(build_plan(g, 4, 8, split=split, transposed=False))
+    assert ordered["halo_rows"] < 0.3 * natural["halo_rows"], split
+    w = node_order.metis_weights(g, split)
+    assert w.shape == (g.num_nodes,) and w.min() >= 1
+    if split == "edges":
+        np.testing.assert_array_equal(w, g.in_degrees() + 1)
+
+
 def test_a_permuted_graph_is_p_a_pt_with_its_weights(rng):
     g = random_graph(rng, 120, 900)
     w = rng.random(g.num_edges).astype(np.float32)
