@@ -60,3 +60,36 @@ def test_busy_time_is_the_union_of_device_intervals():
     # overlapping, nested, touching and disjoint spans, unsorted
     spans = [(5.0, 6.0), (0.0, 2.0), (1.0, 3.0), (1.5, 1.7), (3.0, 4.0), (8.0, 8.5)]
     assert busy_seconds(spans) == pytest.approx(4.0 + 1.0 + 0.5)
+
+
+def test_the_gpu_locality_run_keeps_its_orders_and_reads_ncu_s_hit_rates(rng, tmp_path):
+    """bench/gpu/kernel_ab.py --orders on a CPU: each order's graph file is the graph
+    renumbered (computed once, then read back from --order-dir), and the L1/L2 hit rates
+    come out of ncu's CSV by metric name."""
+    from kernel_ab import ordered_graphs, parse_hit_rates
+
+    g = random_graph(rng, 200, 1500).symmetrize()
+    keep = tmp_path / "orders"
+    first = ordered_graphs(g, ["natural", "rcm", "metis"], 4, str(tmp_path), str(keep))
+    assert sorted(p.name for p in keep.iterdir()) == ["metis.npy", "rcm.npy"]
+    from mgg.partition import order as node_order
+
+    z = np.load(first["rcm"])
+    want = g.permute(np.load(keep / "rcm.npy"))
+    np.testing.assert_array_equal(z["indices"], want.indices)
+    mine = node_order.Order("rcm", np.arange(g.num_nodes)[::-1].copy())  # read, not redone
+    node_order.save(keep / "rcm.npy", mine, node_order.fingerprint_of(g))
+    (tmp_path / "x").mkdir()
+    z = np.load(ordered_graphs(g, ["rcm"], 4, str(tmp_path / "x"), str(keep))["rcm"])
+    want = g.permute(mine.perm)
+    np.testing.assert_array_equal(z["indptr"], want.indptr)
+    np.testing.assert_array_equal(z["indices"], want.indices)
+    csv = "\n".join(
+        [
+            '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"',
+            '"0","mgg_aggregate","l1tex__t_sector_hit_rate.pct","%","7.5"',
+            '"0","mgg_aggregate","lts__t_sector_hit_rate.pct","%","81.25"',
+            '"1","mgg_aggregate","l1tex__t_sector_hit_rate.pct","%","9.5"',
+        ]
+    )
+    assert parse_hit_rates(csv) == {"l1_hit_pct": [7.5, 9.5], "l2_hit_pct": [81.25]}

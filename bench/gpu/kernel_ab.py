@@ -16,7 +16,9 @@ statistics (registers) and warp stall reasons; its report is kept as text
 
 --orders natural,rcm,metis (issue 53) runs this checkout's kernel on the graph renumbered
 in each node order (mgg.partition.order; metis into --parts parts, numbered part by part:
-clusters of rows that share neighbours), each in its own process as a source is, and
+clusters of rows that share neighbours; 8 by default: a part's rows at D = 128, 15 MB,
+fit the H100's 50 MB L2, and METIS takes 4 s on a 20M-edge R-MAT on one CPU core, 43 s
+with 128 parts), each in its own process as a source is, and
 ncu's L1 and L2 hit rates of each order's kernels (one profiled call each); the rows name
 the order as their source, vs_natural is natural's mgg_ms over the order's.
 --order-dir DIR keeps each computed order there as ORDER.npy and takes it from there
@@ -151,20 +153,26 @@ def hit_rates(ncu: str, me: list, graphs: dict, rows: list) -> None:
                "--profile"]  # fmt: skip
         r = subprocess.run(cmd, capture_output=True, text=True)
         (GPU_RESULTS / f"kernel_ab_ncu_{name}.csv").write_text(r.stdout + r.stderr)
-        values = {}
-        for line in r.stdout.splitlines():
-            cells = [c.strip('"') for c in line.split('","')]
-            for key, metric in HIT_RATES.items():
-                if metric in cells:
-                    try:
-                        values.setdefault(key, []).append(float(cells[-1].replace(",", "")))
-                    except ValueError:
-                        pass
+        values = parse_hit_rates(r.stdout)
         for row in rows:
             if row["source"] == name:
                 row.update({k: float(np.mean(v)) for k, v in values.items()})
         means = {k: round(float(np.mean(v)), 1) for k, v in values.items()}
         print(f"ncu {name}: exit {r.returncode}, hit rates {means}", flush=True)
+
+
+def parse_hit_rates(csv: str) -> dict[str, list[float]]:
+    """{key of HIT_RATES: every value ncu's --csv output has of its metric}."""
+    values = {}
+    for line in csv.splitlines():
+        cells = [c.strip('"') for c in line.strip().split('","')]
+        for key, metric in HIT_RATES.items():
+            if metric in cells:
+                try:
+                    values.setdefault(key, []).append(float(cells[-1].replace(",", "")))
+                except ValueError:
+                    pass
+    return values
 
 
 def ncu_binary() -> str | None:
@@ -197,7 +205,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--orders", default=None, help="node orders to compare (natural,rcm,metis)")
-    ap.add_argument("--parts", type=int, default=128, help="METIS's parts with --orders")
+    ap.add_argument("--parts", type=int, default=8, help="METIS's parts with --orders")
     ap.add_argument("--order-dir", default=None, help="where --orders keeps its orders")
     ap.add_argument("--inner", help=argparse.SUPPRESS)  # the graph file: one source's run
     ap.add_argument("--source", help=argparse.SUPPRESS)
