@@ -286,10 +286,11 @@ def _csr_take(ptr, ind, data, ids):
     out_data = np.empty(int(out_ptr[-1]), data.dtype)
     order = np.argsort(ids, kind="stable")
     sorted_ids = ids[order]
+    ends = ptr[sorted_ids + 1]
     i, per = 0, max(1, TAKE_BYTES // (ind.dtype.itemsize + data.dtype.itemsize))
     while i < ids.size:  # rows whose elements span at most ``per`` (or one row)
         first = int(ptr[sorted_ids[i]])
-        j = max(i + 1, int(np.searchsorted(ptr[sorted_ids + 1], first + per, "right")))
+        j = max(i + 1, int(np.searchsorted(ends, first + per, "right")))
         a, b = first, int(ptr[sorted_ids[j - 1] + 1])
         block_ind, block_data = ind.rows(a, b), data.rows(a, b)
         for k in order[i:j]:
