@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, ROOT, SHARED_DATA, real_graphs, write_results
+from common import RESULTS, SHARED_DATA, job_json, real_graphs, write_results
 
 ORDERS = ("natural", "degree", "rcm", "metis")
 GOALS = {"halo_p4": 0.4, "rcm_vs_plan": 3.0, "epoch_p4": 1.15}
@@ -119,22 +119,17 @@ def timing(
 ) -> list[dict]:
     """Per graph, P and window (P > 1), one job (this script's worker under mggrun) that
     prepares the graph in every order and times them round-robin."""
-    import json
-    import subprocess
     import sys
 
     rows = []
     for name, spec in named:
         data = labeled(name, spec, work)
         for p, window in [(q, w) for q in ranks for w in (windows if q > 1 else ["-"])]:
-            cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(p), sys.executable,
-                   __file__, "--worker", data, "--orders", ",".join(orders), "--epochs",
-                   str(epochs), "--dim", str(dim), "--repeat", str(repeat), "--window",
-                   window, "--split", split]  # fmt: skip
-            r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=3600)
-            if r.returncode:
-                raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}\n{r.stderr[-3000:]}")
-            got = json.loads(r.stdout.strip().splitlines()[-1])
+            got = job_json(
+                p, sys.executable, __file__, "--worker", data, "--orders", ",".join(orders),
+                "--epochs", epochs, "--dim", dim, "--repeat", repeat, "--window", window,
+                "--split", split,
+            )  # fmt: skip
             base = got["natural"]
             for o in orders:
                 row = {"graph": name, "np": p, "window": window, "order": o, **got[o]}

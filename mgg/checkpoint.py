@@ -458,20 +458,20 @@ def load(
     return ckpt["meta"]
 
 
-def restore_knobs(graph, meta: dict, order: str | None = None) -> list[str]:
+def restore_knobs(graph, meta: dict, order: str) -> list[str]:
     """Collective: apply the knobs a checkpoint's run tuned (``meta["graph_config"]`` when
     ``meta["tuning"]``) that are valid for this job's ``graph`` (a DistGraph), each on its
     own; returns a note for each one dropped (e.g. threads tuned at another rank count),
     and one when the run's row dtype (``meta["dtype"]``) is not this job's: the weights
     are float32 masters either way, so training goes on in this job's dtype; and one when
-    its node order is not this job's, ``order`` (default the graph's knob; weights are
-    the same in any numbering).
+    its node order is not this job's, ``order`` (LocalData.order: an order file's name
+    too; weights are the same in any numbering).
     Knobs the run did not tune were its flags: this job's flags rule."""
     notes = []
     was, now = meta.get("dtype"), precision.name(graph.dtype)
     if was is not None and was != now:
         notes.append(f"trained with {was} rows, resumed with {now} (float32 weights either way)")
-    was, now = meta.get("order"), order or graph.knobs.order
+    was, now = meta.get("order"), order
     if was is not None and was != now:
         notes.append(
             f"trained with nodes in {was} order, resumed in {now} order (no weight depends "

@@ -21,7 +21,7 @@ from .errors import DivergedError, InputError
 from .graph.core import job_graph
 from .graph.dataset import Dataset, random_features
 from .harness.timing import slowest
-from .knobs import Knobs, space
+from .knobs import DEFAULTS, Knobs, space
 from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
 from .partition import order as node_order
 from .partition.shards import ShardedDataset
@@ -56,7 +56,7 @@ class LocalData:
     notes: str = ""
     identity: dict = field(default_factory=dict)
     node_ids: np.ndarray | None = None
-    order: str = "natural"
+    order: str = DEFAULTS.order
     order_seconds: float = 0.0
 
 
@@ -110,7 +110,7 @@ def prepare(
         rows, n = shard.rows, dataset.num_nodes
         source = dataset.manifest.get("source") if source is None else source
         seeded = False  # its split was made when it was partitioned
-        order = (dataset.order, dataset.manifest.get("order_seconds", 0.0))
+        order, order_s = dataset.order, dataset.manifest.get("order_seconds", 0.0)
     else:
         if dataset.y is None:
             raise ValueError(
@@ -121,16 +121,16 @@ def prepare(
         )
         g = job_graph(ordered.apply(dataset.graph), kind)
         dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
-        ids = None if ordered.natural else ordered.ids(dg.lb, dg.ub)
-        rows, n = dataset.rows(dg.lb, dg.ub, seed, ids), dataset.graph.num_nodes
+        rows = dataset.rows(dg.lb, dg.ub, seed, ordered.ids(dg.lb, dg.ub))
+        n = dataset.graph.num_nodes
         seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split
-        order = (ordered.name, ordered.seconds)
+        order, order_s = ordered.name, ordered.seconds
     dg.seed = seed
     lb, ub = dg.lb, dg.ub
     node_ids = rows.node_ids(lb, ub)
     notes = rows.notes
-    if order[0] != "natural":
-        notes += f"; nodes in {order[0]} order ({order[1]:.2f} s)"
+    if order != DEFAULTS.order:
+        notes += f"; nodes in {order} order ({order_s:.2f} s)"
     if rows.x is None:
         if n <= FEATURELESS_IDENTITY_MAX:
             ones = np.ones(ub - lb, np.float32)
@@ -176,8 +176,8 @@ def prepare(
         num_classes=int(rows.num_classes),
         notes=notes.strip("; "),
         node_ids=node_ids,
-        order=order[0],
-        order_seconds=order[1],
+        order=order,
+        order_seconds=order_s,
     )
     where = dict(source or {})
     data.identity = {

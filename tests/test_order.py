@@ -181,6 +181,19 @@ def test_partition_json_reports_each_order_and_saves_one(tmp_path, capsys):
     for o in by.values():
         assert len(o["halo_rows_per_rank"]) == 4 and sum(o["halo_rows_per_rank"]) == o["halo_rows"]
         assert 0 <= o["remote_fraction"] <= 1 and o["imbalance"] >= 1 and o["order_seconds"] >= 0
+    # the last order's ranges (metis): each rank's halo is its in-edges' distinct outside sources
+    z = np.load(cora)
+    perm = node_order.compute(Graph(z["indptr"], z["indices"]), "metis", parts=4).perm
+    bounds = np.r_[0, np.cumsum(st["nodes_per_rank"])]
+    new = np.empty(2708, np.int64)
+    new[perm] = np.arange(2708)
+    src_new, dst_new = new[z["indices"]], new[np.repeat(np.arange(2708), np.diff(z["indptr"]))]
+    want = []
+    for r in range(4):
+        mine = (dst_new >= bounds[r]) & (dst_new < bounds[r + 1])
+        outside = src_new[mine][(src_new[mine] < bounds[r]) | (src_new[mine] >= bounds[r + 1])]
+        want.append(len(np.unique(outside)))
+    assert by["metis"]["halo_rows_per_rank"] == want
     assert by["metis"]["halo_rows"] < 0.5 * by["natural"]["halo_rows"]
     assert by["metis"]["remote_fraction"] < by["natural"]["remote_fraction"]
     # one order, saved; refused: several orders with --out, a second order with a file

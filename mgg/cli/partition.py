@@ -130,8 +130,7 @@ def main(args) -> int:
         st["order_file"] = args.save_order
     if args.out:
         t0 = time.perf_counter()
-        ids = [None if order.natural else order.ids(p.lb, p.ub) for p in plans]
-        rows = [ds.rows(p.lb, p.ub, args.seed, i) for p, i in zip(plans, ids, strict=True)]
+        rows = [ds.rows(p.lb, p.ub, args.seed, order.ids(p.lb, p.ub)) for p in plans]
         rows = [r._replace(x=as_rows(r.x, knobs.dtype, f"{args.graph}'s features")) for r in rows]
         source = {
             **dataset_source(args.graph, args.scale, args.seed),

@@ -148,13 +148,13 @@ def check(
     if isinstance(dataset, ShardedDataset):
         shard_plan, ids = sharded_plan(dataset, comm, "gcn" in ops, knobs, order_file)
         ps = shard_plan.ps
-        # the oracle's graph is the shards' (renumbered) one: back to original ids by its
-        # rows' ids, which make the order
         graph_root = _graph_on_root(comm, shard_plan)
-        parts = comm.gather(ids, root=0)
-        order = Order(dataset.order, np.concatenate(parts)) if comm.rank == 0 else None
-        if graph_root is not None and dataset.order != "natural":
-            graph_root = graph_root.permute(order.rank)
+        order = Order()
+        if ids is not None:  # the shards' graph is renumbered: the rows' ids make the order
+            parts = comm.gather(ids, root=0)
+            if comm.rank == 0:
+                order = Order(dataset.order, np.concatenate(parts))
+                graph_root = graph_root.permute(order.rank)  # the oracle's: original ids
     else:
         order = node_order.for_job(
             dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
@@ -184,7 +184,7 @@ def check(
             plan = build_plan(
                 order.apply(g), comm.size, ps, rank=comm.rank, split=knobs.split, transposed=False
             )
-            ids = None if order.natural else order.ids(plan.lb, plan.ub)
+            ids = order.ids(plan.lb, plan.ub)
         dtype = row_dtype(knobs.dtype)
         x = random_features(seed, plan.lb, plan.ub, dim, ids=ids).astype(dtype)
         ref = None
@@ -221,7 +221,7 @@ def sharded_plan(
 ) -> tuple[PartitionPlan, np.ndarray]:
     """This rank's plan from a sharded dataset (``weighted``: an op needs edge weights),
     cut with ``knobs.ps`` where one was given, else the dataset's, and the original ids
-    of its rows (int64 [n])."""
+    of its rows (int64 [n]; None in natural order)."""
     dataset.check_job(comm.size, knobs=knobs, order_file=order_file)
     shard = dataset.open(comm.rank, comm.size)
     plan = shard.plan
@@ -230,7 +230,7 @@ def sharded_plan(
             f"{dataset.path}: op 'gcn' needs edge weights, and this dataset's graph "
             f"({dataset.graph_kind}) has none: partition with --model gcn"
         )
-    ids = shard.rows.node_ids(plan.lb, plan.ub)
+    ids = shard.rows.ids
     return (plan.with_ps(knobs.ps) if "ps" in knobs.given else plan), ids
 
 

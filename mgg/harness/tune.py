@@ -75,7 +75,7 @@ def tune(
         base = build_plan(
             g, comm.size, knobs.ps, rank=comm.rank, split=knobs.split, transposed=False
         )
-        ids = None if order.natural else order.ids(base.lb, base.ub)
+        ids = order.ids(base.lb, base.ub)
     dtype = row_dtype(knobs.dtype)
     x = random_features(seed, base.lb, base.ub, dim, ids=ids).astype(dtype)
     dev = backend.device()

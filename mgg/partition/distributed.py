@@ -37,7 +37,7 @@ from ..knobs import DEFAULTS, Knobs, check_value
 from ..precision import as_rows
 from ..progress import progress
 from .node_split import node_split, owner_of
-from .order import Order, OrderError, degree_order, graph_fingerprint
+from .order import Order, OrderError, check_one, degree_order, graph_fingerprint
 from .order import read as read_order
 from .plan import PartitionPlan, _rank_plan, plan_stats
 from .shards import begin, commit, node_info, order_info, plan_info, write_shard, writing
@@ -166,8 +166,7 @@ def slice_order(part: EdgeSlice, comm, name: str, path=None) -> Order:
     degree (from the global degree counts) or the permutation in ``path`` (every rank
     reads it: O(N); refused for a graph of another fingerprint). rcm and metis need the
     whole graph: OrderError saying how to bring one as a file."""
-    if path is not None and name != "natural":
-        raise OrderError(f"--order {name} and --order-file {path}: give one of them")
+    check_one(name, path)
     if path is None and name == "natural":
         return Order()
     if path is None and name != "degree":
@@ -364,8 +363,7 @@ def partition_file(
         bar.update()
         bar.set_postfix_str("node data")
         stats = comm.allgather(plan.stats())
-        ids = None if order.natural else order.ids(plan.lb, plan.ub)
-        rows = read_node_rows(path, plan.lb, plan.ub, seed, ids)
+        rows = read_node_rows(path, plan.lb, plan.ub, seed, order.ids(plan.lb, plan.ub))
         rows = rows._replace(x=as_rows(rows.x, knobs.dtype, f"{path}'s features"))
         if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
             check_train_selects(path, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])

@@ -62,11 +62,10 @@ class Order:
     def natural(self) -> bool:
         return self.perm is None
 
-    def ids(self, lb: int, ub: int) -> np.ndarray:
-        """int64 [ub - lb]: the original ids of new nodes lb..ub-1."""
-        if self.perm is None:
-            return np.arange(lb, ub, dtype=np.int64)
-        return self.perm[lb:ub]
+    def ids(self, lb: int, ub: int) -> np.ndarray | None:
+        """int64 [ub - lb]: the original ids of new nodes lb..ub-1; None in natural order
+        (they are lb..ub-1: what Dataset.rows, read_node_rows and random_features take)."""
+        return None if self.perm is None else self.perm[lb:ub]
 
     @cached_property
     def rank(self) -> np.ndarray:
@@ -260,6 +259,12 @@ def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
     return Order(str(facts.get("order") or "file"), perm, time.perf_counter() - t0, path)
 
 
+def check_one(name: str, path) -> None:
+    """OrderError when both an order (other than natural) and an order file are given."""
+    if path is not None and name != "natural":
+        raise OrderError(f"--order {name} and --order-file {path}: give one of them")
+
+
 def for_job(
     graph: Graph,
     name: str,
@@ -275,8 +280,7 @@ def for_job(
     one read from ``path``; rank 0 computes it (METIS and RCM need the whole graph; one
     computation, not P) and every rank gets it. Collective."""
     size = parts or (1 if comm is None else comm.size)
-    if path is not None and name != "natural":
-        raise OrderError(f"--order {name} and --order-file {path}: give one of them")
+    check_one(name, path)
     if path is None and name == "natural":
         return Order()
     order = error = None
@@ -299,6 +303,7 @@ __all__ = [
     "ORDERS",
     "Order",
     "OrderError",
+    "check_one",
     "check_perm",
     "check_target",
     "compute",
