@@ -172,7 +172,7 @@ def csr_bytes(num_nodes: int, num_edges: int, weighted: bool = False, build: boo
 # ---- the job estimate -------------------------------------------------------------------
 # Calibrated against VmHWM of `mgg train` / `check` / `partition` on planted graphs and
 # pubmed, hidden 16 to 4096 (bench/memory_estimate.py): bytes per unit of each part.
-BASELINE = 440 * 2**20  # python, numpy, scipy, numba, torch, mpi4py and their threads
+BASELINE = 375 * 2**20  # python, numpy, scipy, numba, torch (no torch._dynamo), mpi4py
 LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint, precision
+from . import checkpoint, optim, precision
 from .arrays import to_host
 from .backend import Backend, get_backend
 from .distgraph import DistGraph
@@ -685,12 +685,12 @@ def _row_normalize(x):
     return x * inv[:, None]
 
 
-OPTIMIZERS = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+OPTIMIZERS = {"adam": optim.Adam, "sgd": optim.SGD}
 
 
 def build_optimizer(name: str, model, lr: float, weight_decay: float):
-    """A torch optimizer over the model's parameter groups (``param_groups`` where the
-    model has them: GCN decays its first layer only)."""
+    """An mgg.optim optimizer (torch's fused Adam or SGD) over the model's parameter
+    groups (``param_groups`` where the model has them: GCN decays its first layer only)."""
     if name not in OPTIMIZERS:
         raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
     if not (np.isfinite(lr) and lr > 0):
@@ -700,10 +700,7 @@ def build_optimizer(name: str, model, lr: float, weight_decay: float):
         if hasattr(model, "param_groups")
         else [{"params": list(model.parameters()), "weight_decay": weight_decay}]
     )
-    try:  # one fused kernel per step where torch has it (CPU and CUDA, torch >= 2.4)
-        return OPTIMIZERS[name](groups, lr=lr, fused=True)
-    except (RuntimeError, TypeError):
-        return OPTIMIZERS[name](groups, lr=lr)
+    return OPTIMIZERS[name](groups, lr=lr)
 
 
 def rocauc(y_true, scores) -> float:
