@@ -29,7 +29,7 @@ MODEL = (
 )
 DISTRIBUTED = (
     "launched with mggrun -np P: each rank reads only its slice of FILE (edge list, MGG "
-    "binary CSR or .npz) and builds its own plan"
+    "binary CSR or .npz), or draws its slice of papers100m, and builds its own plan"
 )
 ORDER = "; without --out, a comma-separated list compares them (e.g. natural,rcm,metis)"
 SAVE_ORDER = "write the order to this .npy, for --order-file (the distributed partitioner's)"
@@ -170,7 +170,8 @@ def _graph_kind(model: str | None, default: str) -> str:
 
 def _distributed(args, knobs, kind: str) -> int:
     from ..backend import get_backend
-    from ..graph.specs import refuse_scale
+    from ..graph.papers import NAME as PAPERS
+    from ..graph.specs import papers_spec, refuse_scale
     from ..partition.distributed import partition_file
     from ..partition.shards import check_target
     from .common import INPUTS
@@ -184,19 +185,23 @@ def _distributed(args, knobs, kind: str) -> int:
             f"--np {args.np} but the job has {comm.size} ranks: --distributed partitions for "
             "the job's ranks (mggrun -np P)"
         )
-    if not (os.path.isfile(args.graph) or os.path.isfile(args.graph + "_beg_pos.bin")):
-        raise ValueError(
-            f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or .npz); "
-            "generators and folders are partitioned in one process (drop --distributed)"
-        )
-    refuse_scale(args.scale, args.graph, "a file")
+    source = papers_spec(args.graph, args.scale, args.seed)
+    if source is None:
+        if not (os.path.isfile(args.graph) or os.path.isfile(args.graph + "_beg_pos.bin")):
+            raise ValueError(
+                f"{args.graph}: --distributed reads a file (edge list, MGG binary CSR or "
+                f".npz) or draws {PAPERS}; other generators and folders are partitioned in "
+                "one process (drop --distributed)"
+            )
+        refuse_scale(args.scale, args.graph, "a file")
+        source = args.graph
     if args.save_order:
         raise ValueError(
             "--save-order: --distributed reads orders (--order-file); compute one in one "
             "process: mgg partition FILE --np P --order X --save-order F.npy"
         )
     st, stats = partition_file(
-        args.graph,
+        source,
         comm,
         kind=kind,
         knobs=knobs,

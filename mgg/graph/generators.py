@@ -23,6 +23,7 @@ from .core import Graph, index_dtype
 from .dataset import Dataset, make_split
 
 __all__ = [
+    "build_csr",
     "rmat",
     "rmat_n",
     "planted_partition",
@@ -306,6 +307,13 @@ def _build_csr(edges: list, n, symmetric, target=None):
     return new_indptr, indices, distinct
 
 
+def build_csr(src, dst, n: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr int64 [n+1], indices [E]) of the edges src -> dst [e]: self loops dropped,
+    duplicates merged, rows sorted; ``symmetric`` adds every reverse edge."""
+    indptr, indices, _ = _build_csr([src, dst], n, symmetric)
+    return indptr, indices
+
+
 def _require(source: str, n: int, entries: float, features: int = 0) -> None:
     """ResourceError naming the spec when the graph (and features [n, F]) cannot fit:
     the drawn edges and the CSR build take about 40 bytes per entry."""
@@ -526,7 +534,7 @@ def planted_partition(
     draws, cap = int(target / 2 * 1.1) + 16, int(_MAX_OVERSAMPLE * target / 2) + 1024
     while True:
         edges = [np.empty(draws, dt), np.empty(draws, dt)]
-        _planted_fill(*edges, key, t_in, cum, order, y, starts, mass_lo, mass)
+        _planted_fill(*edges, key, t_in, cum, order, y, starts, mass_lo, mass, 0)
         indptr, indices, distinct = _build_csr(edges, n, True, target)
         if distinct >= target:
             break
@@ -562,11 +570,12 @@ def planted_partition(
 
 
 @numba.njit(parallel=True, cache=True)
-def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass):
+def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass, e0):
+    """Draws e0.. of the stream into (src, dst)."""
     n = cum.size
     total = cum[n - 1]
     for t in numba.prange(src.size):
-        base = np.uint64(t) * np.uint64(3)
+        base = np.uint64(e0 + t) * np.uint64(3)
         r0 = _uniform(mix64(key + base * GOLDEN))
         r1 = mix64(key + (base + np.uint64(1)) * GOLDEN)
         r2 = _uniform(mix64(key + (base + np.uint64(2)) * GOLDEN))

@@ -12,8 +12,11 @@ from .formats._common import BEG_SUFFIX
 from .formats.ogb import MARKERS as OGB_MARKERS
 from .formats.slices import source_checksum
 from .generators import STANDINS, planted_partition, rmat, standin
+from .papers import KEYS as _PAPERS_KEYS
+from .papers import NAME as PAPERS
+from .papers import Papers, parse_papers
 
-__all__ = ["dataset_source", "folder_error", "refuse_scale", "resolve"]
+__all__ = ["dataset_source", "folder_error", "papers_spec", "refuse_scale", "resolve"]
 
 _STANDIN_KEYS = ("scale", "seed", "features")
 _RMAT_KEYS = ("scale", "ef", "seed", "directed", "a", "b", "c")
@@ -26,7 +29,8 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     ``NAME[:scale=S,seed=K,features=0|1]`` for a stand-in (``scale``, the --scale flag,
     sizes a stand-in whose spec has no scale, and is refused with anything else);
     ``rmat:scale=K[,ef=16,seed=K,directed=0|1,a=..,b=..,c=..]``;
-    ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``; or the
+    ``planted:nodes=N,classes=C[,degree=10,features=32,p_in=0.8,noise=1,seed=K]``;
+    ``papers100m[:scale=S,seed=K,features=0|1,p_in=0.8,noise=2]`` (mgg.graph.papers); or the
     path of an existing file, the prefix of ``*_beg_pos.bin`` or an OGB dataset directory
     (read by ``mgg.graph.formats.read_dataset``; an existing file wins over a name), the
     directory with options ``DIR:split=NAME,undirected=0|1,edge_feat=mean|skip|auto``.
@@ -56,6 +60,9 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
             int(kv.get("seed", seed)),
             with_features=bool(int(kv.get("features", 1))),
         )
+    if name == PAPERS:
+        _check_keys(kv, _PAPERS_KEYS, name)
+        return parse_papers(kv, spec, scale, seed).dataset()
     if name == "rmat":
         refuse_scale(scale, spec, "an rmat spec (its scale=K is log2 of the node count)")
         _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
@@ -83,8 +90,19 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         )
     raise InputError(
         f"unknown graph {spec!r}: not an existing file, and not one of "
-        f"{', '.join(STANDINS)}, rmat, planted"
+        f"{', '.join(STANDINS)}, {PAPERS}, rmat, planted"
     )
+
+
+def papers_spec(spec: str, scale=None, seed: int = 0) -> Papers | None:
+    """The Papers of a ``papers100m[:...]`` spec (drawn in slices by the distributed
+    partitioner), None for any other spec."""
+    name, _, rest = spec.partition(":")
+    if name.strip().lower() != PAPERS or os.path.exists(spec):
+        return None
+    kv = _parse_kv(rest, spec)
+    _check_keys(kv, _PAPERS_KEYS, PAPERS)
+    return parse_papers(kv, spec, scale, seed)
 
 
 def refuse_scale(scale, spec: str, what: str) -> None:

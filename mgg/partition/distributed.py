@@ -33,6 +33,8 @@ from ..graph.core import (
 )
 from ..graph.dataset import check_train_selects
 from ..graph.formats.slices import EdgeSlice, read_edge_slice, read_node_rows, source_checksum
+from ..graph.generators import build_csr
+from ..graph.papers import Papers
 from ..knobs import DEFAULTS, Knobs, check_value
 from ..precision import as_rows
 from ..progress import progress
@@ -146,6 +148,32 @@ def build_plan_distributed(
         t = _rank_plan(rank, bounds, ps, num_edges, False, mark, *t_rows[:3])
         plan = replace(plan, _transposed=t)
     return plan
+
+
+def generated_slice(gen: Papers, comm) -> EdgeSlice:
+    """This rank's slice of a generated graph (mgg.graph.papers), collective: the ranks
+    draw their ranges of the edge stream and send each edge (both directions) to the rank
+    of an equal share of the node ids, which merges its rows. The slices in rank order are
+    the entries of ``gen.dataset().graph`` in CSR order."""
+    rank, size, n = comm.rank, comm.size, gen.num_nodes
+    gen.require_slice(size)
+    bounds = np.arange(size + 1, dtype=np.int64) * n // size
+    sampler, draws, rounds = gen.sampler(), gen.num_draws, 0
+    while draws is not None:  # the rounds of Papers.dataset, each rank a share of them
+        src, dst = gen.draws(draws * rank // size, draws * (rank + 1) // size, sampler)
+        keep = src != dst
+        src, dst = np.concatenate([src[keep], dst[keep]]), np.concatenate([dst[keep], src[keep]])
+        del keep
+        src, dst, _ = _exchange(comm, owner_of(bounds, dst), src, dst, None)
+        indptr, indices = build_csr(src, dst, n, False)
+        del src, dst
+        entries = int(comm.allreduce(np.array([indices.size], np.int64))[0])
+        rounds += 1
+        draws = gen.more(draws, entries, rounds)
+    del sampler
+    lb, ub = int(bounds[rank]), int(bounds[rank + 1])
+    rows = np.repeat(np.arange(lb, ub, dtype=indices.dtype), np.diff(indptr[lb : ub + 1]))
+    return EdgeSlice(indices, rows, None, n, 0, True, gen.spec, f"nodes [{lb}, {ub})")
 
 
 def _facts(part: EdgeSlice, comm) -> list:
@@ -315,7 +343,7 @@ def _rows_equal(a, b) -> bool:
 
 
 def partition_file(
-    path: str,
+    path: str | Papers,
     comm,
     *,
     kind: str,
@@ -328,8 +356,9 @@ def partition_file(
 ) -> tuple[dict, list[dict]]:
     """The sharding protocol of ``mggrun -np P mgg partition FILE --distributed``,
     collective: every rank reads its slice of ``path`` (an edge list, MGG binary CSR or
-    .npz), renumbers it in the node order (``knobs.order``: natural or degree; or the
-    permutation in ``order_file``: slice_order), the ranks build their plans of
+    .npz; or a Papers spec: generated_slice draws it), renumbers it in the node order
+    (``knobs.order``: natural or degree; or the permutation in ``order_file``:
+    slice_order), the ranks build their plans of
     ``job_graph(graph, kind)`` together (cut with ``knobs.ps`` and ``knobs.split``), each
     reads its node rows (by original id; dense features in ``knobs.dtype``), and with
     ``out`` each writes its shard and rank 0 commits the sharded dataset.
@@ -339,9 +368,11 @@ def partition_file(
     """
     bar = progress(total=4 if out else 3, desc="partition")
     with bar:
-        bar.set_postfix_str("read slices")
+        bar.set_postfix_str("draw slices" if isinstance(path, Papers) else "read slices")
         t0 = time.perf_counter()
-        part = read_edge_slice(path, comm.rank, comm.size)
+        gen = path if isinstance(path, Papers) else None
+        part = generated_slice(gen, comm) if gen else read_edge_slice(path, comm.rank, comm.size)
+        name = gen.spec if gen else path
         load_s = comm.allreduce(np.array([time.perf_counter() - t0]), "max")[0]
         source_edges = int(comm.allreduce(np.array([len(part.src)]), "sum")[0])
         bar.update()
@@ -363,17 +394,22 @@ def partition_file(
         bar.update()
         bar.set_postfix_str("node data")
         stats = comm.allgather(plan.stats())
-        rows = read_node_rows(path, plan.lb, plan.ub, seed, order.ids(plan.lb, plan.ub))
-        rows = rows._replace(x=as_rows(rows.x, knobs.dtype, f"{path}'s features"))
+        ids = order.ids(plan.lb, plan.ub)
+        if gen:
+            rows = gen.rows(plan.lb, plan.ub, ids)
+        else:
+            rows = read_node_rows(path, plan.lb, plan.ub, seed, ids)
+        rows = rows._replace(x=as_rows(rows.x, knobs.dtype, f"{name}'s features"))
         if rows.masks is not None:  # each rank checked its rows; emptiness is the job's
-            check_train_selects(path, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
+            check_train_selects(name, comm.allreduce(rows.masks[0].sum(keepdims=True))[0])
         facts = {**plan_stats(stats, plan_s), "graph": rows.name, "kind": kind}
         facts.update(load_seconds=load_s, order=order.name, order_seconds=order.seconds)
         bar.update()
         if out:
             bar.set_postfix_str("write shards")
             t0 = time.perf_counter()
-            source = {**source_checksum(path), "num_edges": source_edges}
+            source = gen.source() if gen else source_checksum(path)
+            source = {**source, "num_edges": source_edges}
             info = {"graph_kind": kind, "source": source, **node_info(rows)}
             info.update(order_info(order.name, order.seconds))
             _write_shards(comm, out, force, plan, rows, info)
