@@ -123,8 +123,9 @@ def _cgroup_free() -> int | None:
     return None
 
 
-def available() -> tuple[int, str]:
-    """(bytes this rank may still allocate, how that was found, in words)."""
+def available(ranks: int | None = None) -> tuple[int, str]:
+    """(bytes this rank may still allocate, how that was found, in words); ``ranks``: the
+    ranks on this node (default MGG_LOCAL_SIZE, set by mggrun)."""
     text = os.environ.get(LIMIT_ENV, "").strip()
     if text:
         return parse_size(text), f"{LIMIT_ENV}={text}"
@@ -135,7 +136,7 @@ def available() -> tuple[int, str]:
     if free is None:
         return 2**62, "no /proc/meminfo"
     try:
-        ranks = max(1, int(os.environ.get(LOCAL_SIZE_ENV, "1")))
+        ranks = max(1, int(ranks or os.environ.get(LOCAL_SIZE_ENV, "1")))
     except ValueError:
         ranks = 1
     if ranks > 1:
@@ -188,6 +189,9 @@ ORDER_STRUCTURE_PER_EDGE = {"rcm": 30, "metis": 110}
 # what mgg.train.prepare gives a graph without features (here, as the estimate counts it):
 FEATURELESS_IDENTITY_MAX = 200_000  # one-hot node ids up to this many nodes, else
 FEATURELESS_WIDTH = 64  # this many seeded random features
+# the GPU (--backend cuda): the CUDA context, cuBLAS's and torch's and cupy's pools at rest;
+# not calibrated on a GPU yet (docs/data.md)
+DEVICE_BASELINE = 640 * 2**20
 
 
 def estimate(
@@ -215,10 +219,14 @@ def estimate(
     dtype: str = DEFAULTS.dtype,
     stored: str = DEFAULTS.dtype,
     order: str = DEFAULTS.order,
+    rows: int | None = None,
+    device: bool = False,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
     the peak (the baseline plus the largest phase: load, partition, run).
+    ``rows``: this rank's node rows (default N/P); ``device``: what the GPU of a cuda job
+    holds (train and check: no load phase; NVSHMEM windows hold a rank's own rows).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -236,7 +244,7 @@ def estimate(
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
-    rows = -(-n // p)
+    rows = -(-n // p) if rows is None else int(rows)
     rb, fb = row_dtype(dtype).itemsize, row_dtype(stored).itemsize  # bytes per value
     x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else fb * n * f
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
@@ -244,6 +252,11 @@ def estimate(
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
+    model = (hidden, layers, heads, copies, edge_floats, params, largest_param, optimizer)
+    if device:
+        own = node_data * rows // max(n, 1)
+        args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
+        return _device(command, plan, *args)
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]
@@ -262,19 +275,8 @@ def estimate(
     part["plan"] = plan * (p if command == "partition" else 1)
     run = 0
     if command == "train":
-        widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
-        in_width = f if feature_nnz is None else 0
-        act = int(rb * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
-        part["activations"] = act
-        if edge_floats:  # attention: per edge and head, each layer (the last has one head)
-            act += 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries // p + rows)
-            part["attention"] = act - part["activations"]
-        if params is None:
-            dims = list(zip([f] + widths[:-1], widths, strict=True))
-            params = sum(a * b + b for a, b in dims)
-            largest_param = max(a * b for a, b in dims)
-        per_param = PARAM_BYTES.get(optimizer, PARAM_BYTES["adam"])
-        part["model"] = per_param * int(params) + 4 * int(largest_param or 0)
+        widths = _train_parts(part, rows, entries // p, f, feature_nnz, c, rb, *model)
+        act = part["activations"] + part.get("attention", 0)
         windows = 0
         if p > 1:  # two shm windows per width, and the peers' rows each rank reads
             windows = 2 * directions * rb * sum(set(widths)) * n
@@ -287,6 +289,56 @@ def estimate(
     elif command == "partition":
         run = part["dataset"] + part["plan"] + node_data
     part["total"] = BASELINE + max(load, build, run) + part.get("make_split", 0)
+    return part
+
+
+def _train_parts(
+    part,
+    rows,
+    entries,
+    f,
+    feature_nnz,
+    c,
+    rb,
+    hidden,
+    layers,
+    heads,
+    copies,
+    edge_floats,
+    params,
+    largest_param,
+    optimizer,
+) -> list[int]:
+    """Adds a training rank's activations (attention), and model with its gradients and
+    optimizer state, to ``part``; returns the layers' output widths."""
+    widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
+    in_width = f if feature_nnz is None else 0
+    act = int(rb * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
+    part["activations"] = act
+    if edge_floats:  # attention: per edge and head, each layer (the last has one head)
+        part["attention"] = 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries + rows)
+    if params is None:
+        dims = list(zip([f] + widths[:-1], widths, strict=True))
+        params = sum(a * b + b for a, b in dims)
+        largest_param = max(a * b for a, b in dims)
+    per_param = PARAM_BYTES.get(optimizer, PARAM_BYTES["adam"])
+    part["model"] = per_param * int(params) + 4 * int(largest_param or 0)
+    return widths
+
+
+def _device(
+    command, plan, node_rows, rows, entries, f, feature_nnz, c, rb, directions, dim, model
+) -> dict[str, int]:
+    """estimate(device=True): the GPU's bytes of a cuda rank (plan, its node rows, the
+    run), and its symmetric NVSHMEM windows, two per width, of its own rows."""
+    part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
+    if command == "train":
+        widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, *model)
+        part["windows"] = 2 * directions * rb * sum(set(widths)) * rows
+    else:  # check: x, out, float32 sums, and the windows of width D
+        part["activations"] = (3 * rb + 4) * dim * rows
+        part["windows"] = 2 * rb * dim * rows
+    part["total"] = sum(part.values())
     return part
 
 
@@ -327,7 +379,10 @@ def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, hea
 
 
 def _facts(ds) -> dict:
-    """What the estimate needs of ``ds`` (a Dataset or a ShardedDataset's manifest)."""
+    """What the estimate needs of ``ds`` (a Dataset, a ShardedDataset's manifest, or these
+    facts already: mgg.graph.specs.spec_facts)."""
+    if isinstance(ds, dict):
+        return ds
     graph = getattr(ds, "graph", None)
     if graph is None:  # sharded: the manifest's facts
         return {
@@ -403,7 +458,8 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
 
 def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:
     """The :func:`job_estimate` of ``command`` on ``ds``, checked with
-    :func:`check_estimate` before the job allocates; returns it in MB."""
+    :func:`check_estimate` before the job allocates; returns it in MB. A refusal says
+    what would fit (:func:`fixes`)."""
     parts = job_estimate(ds, ranks, command, model=model, **kw)
     d = _facts(ds)
     c = d["classes"]
@@ -412,4 +468,97 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
         what += (
             f" with {c:,} classes (the largest label is {c - 1:,}; an output layer of {c:,} rows)"
         )
-    return check_estimate(parts, source if source is not None else ds.name, what)
+    try:
+        return check_estimate(parts, source if source is not None else ds.name, what)
+    except ResourceError as e:
+        budget = {"host": available()[0] + _held()}
+        ways = fixes(ds, ranks, command, budget, model=model, **kw)
+        if ways:
+            raise ResourceError(f"{e}; it would fit with {' or '.join(ways)}") from None
+        raise
+
+
+def _held() -> int:
+    """What this process holds now (counted against a budget without MGG_MEMORY_LIMIT)."""
+    if os.environ.get(LIMIT_ENV, "").strip():
+        return 0
+    return _proc_bytes("/proc/self/status", "VmRSS") or 0
+
+
+# ---- the memory plan --------------------------------------------------------------------
+HOST_PARTS = ("baseline", "dataset", "plan", "order", "make_split")  # a cuda rank's host
+
+
+def rank_rows(num_nodes: int, ranks: int, bounds=None) -> list[int]:
+    """Each rank's node rows: the split's ``bounds`` (P+1) where known, else equal shares."""
+    if bounds is not None:
+        return [int(b) - int(a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [(num_nodes * (r + 1)) // ranks - (num_nodes * r) // ranks for r in range(ranks)]
+
+
+def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool = False,
+         bounds=None, model=None, suggest: bool = True, **kw) -> dict:  # fmt: skip
+    """The memory plan of ``command`` on ``ds`` (a dataset, or its facts) over ``ranks``:
+    per rank (``per_rank``: rank, rows, ``total_bytes`` and ``parts`` on the host, and with
+    ``device`` the GPU's as ``device``: the host then holds the data and the plan, the GPU
+    the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
+    with ``suggest``, the ``fixes`` that fit when it does not."""
+    d = _facts(ds)
+    per_rank, memo = [], {}
+    for r, rows in enumerate(rank_rows(d["n"], ranks, bounds)):
+        if rows not in memo:
+            host = job_estimate(d, ranks, command, model=model, rows=rows, **kw)
+            gpu = None
+            if device:
+                gpu = job_estimate(d, ranks, command, model=model, rows=rows, device=True, **kw)
+                host = {k: host[k] for k in HOST_PARTS if k in host}
+                host["total"] = sum(host.values())
+            memo[rows] = host, gpu
+        host, gpu = memo[rows]
+        item = {"rank": r, "rows": rows, "total_bytes": host["total"], "parts": _parts(host)}
+        if gpu is not None:
+            item["device"] = {"total_bytes": gpu["total"], "parts": _parts(gpu)}
+        per_rank.append(item)
+    fits = _fits(per_rank, budget)
+    out = {"command": command, "np": ranks, "budget": budget, "fits": fits, "per_rank": per_rank}
+    if suggest:
+        out["fixes"] = [] if fits else fixes(d, ranks, command, budget, model=model, **kw)
+    return out
+
+
+def _parts(est: dict) -> dict:
+    return {k: int(v) for k, v in est.items() if k != "total"}
+
+
+def _fits(per_rank: list, budget: dict) -> bool:
+    return all(
+        r["total_bytes"] <= budget["host"]
+        and ("device" not in r or r["device"]["total_bytes"] <= budget["device"])
+        for r in per_rank
+    )
+
+
+def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
+    """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, fewer
+    hidden units (halved, down to 8), or more ranks (up to 64x, when each has its own
+    budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does."""
+    device = "device" in budget
+    tries = []
+    if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":
+        tries.append(("--dtype bfloat16", ranks, {"dtype": "bfloat16"}))
+    hidden = kw.get("hidden") or getattr(kw.get("model"), "hidden", None)
+    while command == "train" and hidden and hidden > 8:
+        hidden //= 2
+        tries.append((f"--hidden {hidden}", ranks, {"hidden": hidden}))
+    if device or os.environ.get(LIMIT_ENV, "").strip():
+        tries += [(f"--np {ranks * k}", ranks * k, {}) for k in (2, 4, 8, 16, 32, 64)]
+    found, kinds = [], set()
+    for flag, p, change in tries:
+        kind = flag.split()[0]
+        if kind in kinds:
+            continue
+        trial = plan(ds, p, command, budget=budget, device=device, suggest=False, **kw | change)
+        if trial["fits"]:
+            found.append(flag)
+            kinds.add(kind)
+    return found

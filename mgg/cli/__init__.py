@@ -1,4 +1,4 @@
-"""`mgg` command line: `mgg info | partition | check | tune | train | demo | convert`.
+"""`mgg` command line: `mgg info | partition | plan | check | tune | train | demo | convert`.
 
 Thin: parse, resolve the backend, comm and dataset, call the library, print. One module
 per command (its flags: ``add``, its run: ``main``), what they share in ``common``. Every
@@ -14,10 +14,10 @@ import os
 import sys
 import time
 
-from . import check, convert, demo, info, partition, train, tune
+from . import check, convert, demo, info, partition, plan, train, tune
 from .common import INPUTS
 
-COMMANDS = (info, partition, check, tune, train, demo, convert)
+COMMANDS = (info, partition, plan, check, tune, train, demo, convert)
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
 
 

@@ -95,7 +95,7 @@ def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
     from ..graph.specs import dataset_source
-    from ..memory import check_job
+    from ..memory import available, check_job, format_bytes, job_estimate
     from ..partition.shards import ShardedDataset
     from ..torch import MODELS, build_model
     from ..train import Trainer, build_optimizer, metric, prepare
@@ -116,10 +116,11 @@ def main(args) -> int:
             extra[option] = getattr(args, option)
     t0 = time.perf_counter()
     ds = open_dataset(args.dataset, args.scale, args.seed)
-    mem = check_job(ds, comm.size, "train", source=args.dataset, model=spec,
-                    hidden=args.hidden, layers=args.layers, heads=args.heads,
-                    optimizer=args.optimizer, dtype=knobs.dtype,
-                    order="file" if args.order_file else knobs.order)  # fmt: skip
+    job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
+               optimizer=args.optimizer, dtype=knobs.dtype,
+               order="file" if args.order_file else knobs.order)  # fmt: skip
+    mem = check_job(ds, comm.size, "train", source=args.dataset, **job)
+    planned = job_estimate(ds, comm.size, "train", **job)
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -160,6 +161,13 @@ def main(args) -> int:
             f"{data.num_classes} classes; {args.model.upper()} on {comm.size} rank(s); "
             f"setup {setup_s:.1f} s{'; ' + data.notes if data.notes else ''}"
         )
+        big = sorted((v, k) for k, v in planned.items() if k not in ("total", "baseline"))[-3:]
+        have, how = available()
+        say(
+            f"memory plan per rank: {format_bytes(planned['total'])} ("
+            + ", ".join(f"{k} {format_bytes(v)}" for v, k in reversed(big))
+            + f") of {format_bytes(have)} ({how}); mgg plan has every part"
+        )
     trainer = Trainer(
         dg,
         data,
@@ -198,7 +206,9 @@ def main(args) -> int:
         "notes": data.notes,
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
         "memory_estimate_mb": mem,
+        "planned_bytes": int(planned["total"]),
     }
+    result["peak_bytes"] = int(max(result["peak_rss_mb"]) * 2**20)  # the largest rank's
     if say:
         peer, epoch = result["bytes_per_epoch"], result["epoch_time_s"]
         say(

@@ -207,6 +207,23 @@ class Papers:
         meta["paper"] = PAPERS100M
         return Dataset(self.name, graph, rows.x, rows.y, *rows.masks, self.classes, meta=meta)
 
+    def facts(self) -> dict:
+        """What mgg.memory's estimates need, without drawing anything."""
+        return {
+            "name": self.name,
+            "n": self.num_nodes,
+            "e": self.entries,
+            "symmetric": True,
+            "features": self.features,
+            "feature_nnz": None,
+            "featureless": not self.features,
+            "stored": "float32",
+            "classes": self.classes,
+            "multilabel": False,
+            "makes_split": False,
+            "sharded": False,
+        }
+
     def params(self) -> dict:
         return {
             "scale": self.scale,

@@ -11,12 +11,19 @@ from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
 from .formats.ogb import MARKERS as OGB_MARKERS
 from .formats.slices import source_checksum
-from .generators import STANDINS, planted_partition, rmat, standin
+from .generators import STANDINS, planted_partition, rmat, standin, standin_edge_cap
 from .papers import KEYS as _PAPERS_KEYS
 from .papers import NAME as PAPERS
 from .papers import Papers, parse_papers
 
-__all__ = ["dataset_source", "folder_error", "papers_spec", "refuse_scale", "resolve"]
+__all__ = [
+    "dataset_source",
+    "folder_error",
+    "papers_spec",
+    "refuse_scale",
+    "resolve",
+    "spec_facts",
+]
 
 _STANDIN_KEYS = ("scale", "seed", "features")
 _RMAT_KEYS = ("scale", "ef", "seed", "directed", "a", "b", "c")
@@ -92,6 +99,37 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
         f"unknown graph {spec!r}: not an existing file, and not one of "
         f"{', '.join(STANDINS)}, {PAPERS}, rmat, planted"
     )
+
+
+def spec_facts(spec: str, scale=None, seed: int = 0) -> dict | None:
+    """What a memory plan needs of a generated graph (mgg.memory's facts), from its spec
+    alone: papers100m and the stand-ins, at any scale, nothing drawn; None for others."""
+    gen = papers_spec(spec, scale, seed)
+    if gen is not None:
+        return gen.facts()
+    name, _, rest = spec.partition(":")
+    name = name.strip().lower()
+    if name not in STANDINS or os.path.exists(spec):
+        return None
+    kv = _parse_kv(rest, spec)
+    _check_keys(kv, _STANDIN_KEYS, name)
+    st, s = STANDINS[name], float(kv.get("scale", 1.0 if scale is None else scale))
+    n = max(2, round(st.nodes * s))
+    features = st.features if int(kv.get("features", 1)) else 0
+    return {
+        "name": name,
+        "n": n,
+        "e": min(round(st.edges * s), standin_edge_cap(n)),
+        "symmetric": not st.directed,
+        "features": features,
+        "feature_nnz": None,
+        "featureless": not features,
+        "stored": "float32",
+        "classes": st.classes,
+        "multilabel": False,
+        "makes_split": False,
+        "sharded": False,
+    }
 
 
 def papers_spec(spec: str, scale=None, seed: int = 0) -> Papers | None:

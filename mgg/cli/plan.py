@@ -1,0 +1,150 @@
+"""`mgg plan`: what a job will hold per rank, part by part, on the host and (``--backend
+cuda``) on each GPU, against what a rank has, before anything is allocated; whether it
+fits, and what would make it fit. Generated graphs (papers100m, stand-ins) and sharded
+datasets are planned from their counts alone; other inputs are read first."""
+
+from __future__ import annotations
+
+from ..knobs import flag_help
+from .common import emit, format_table, graph_args, integer, knob_type, open_dataset, quiet
+
+COMMANDS = ("train", "check", "partition")
+DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
+
+
+def add(sub):
+    s = sub.add_parser("plan", help="a job's memory per rank, part by part, before it runs")
+    graph_args(s)
+    s.add_argument("--np", type=integer(1), default=1, help="ranks P of the job")
+    s.add_argument("--command", choices=COMMANDS, default="train", help="the job to plan")
+    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    s.add_argument("--model", default="gcn", help="gcn, sage, gin, gat (train)")
+    s.add_argument("--hidden", type=integer(1), default=None, help="default: the model's")
+    s.add_argument("--layers", type=integer(1), default=None, help="default: the model's")
+    s.add_argument("--heads", type=integer(1), default=None, help="attention heads (gat)")
+    s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    s.add_argument("--dim", type=integer(1), default=16, help="check's width D")
+    s.add_argument("--dtype", type=knob_type("dtype"), default=None, help=flag_help("dtype"))
+    s.add_argument("--order", type=knob_type("order"), default=None, help=flag_help("order"))
+    s.add_argument(
+        "--ranks-per-node",
+        type=integer(1),
+        default=None,
+        help="ranks sharing this host's memory (default: all P)",
+    )
+    s.add_argument("--host-memory", default=None, help="a rank's host memory (default: measured)")
+    s.add_argument(
+        "--device-memory",
+        default=None,
+        help=f"a rank's GPU memory (default: the GPU's, else {DEVICE_DEFAULT})",
+    )
+    s.add_argument(
+        "--sharded",
+        action="store_true",
+        help="the job reads its shards (mgg partition --out; a sharded folder is)",
+    )
+    s.add_argument("--json", action="store_true")
+    return s
+
+
+def main(args) -> int:
+    from ..graph.specs import spec_facts
+    from ..memory import available, parse_size, plan
+    from ..partition.shards import ShardedDataset
+    from ..torch import MODELS
+
+    if args.model not in MODELS:
+        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
+    facts = spec_facts(args.graph, args.scale, args.seed)
+    bounds = None
+    if facts is None:
+        ds = open_dataset(args.graph, args.scale, args.seed)
+        if isinstance(ds, ShardedDataset):
+            if ds.np != args.np:
+                raise ValueError(f"{args.graph}: partitioned for {ds.np} ranks, not --np {args.np}")
+            bounds = ds.manifest["bounds"]
+        name, facts = ds.name, ds
+    else:
+        name = facts["name"]
+    if args.sharded:
+        from ..memory import _facts
+
+        facts = {**_facts(facts), "sharded": True}
+    budget, how = _budget(args, available, parse_size)
+    kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
+    kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
+    if args.command != "train":
+        kw = {k: kw[k] for k in ("dim", "dtype", "order")}
+    out = plan(
+        facts,
+        args.np,
+        args.command,
+        budget=budget,
+        device=args.backend == "cuda",
+        bounds=bounds,
+        model=MODELS[args.model] if args.command == "train" else None,
+        **kw,
+    )
+    out.update(graph=name, backend=args.backend, budget_how=how)
+    if not quiet(args):
+        _print(args, out)
+    emit(args, out)
+    return 0
+
+
+def _budget(args, available, parse_size) -> tuple[dict, dict]:
+    """(bytes a rank has: host, and device for cuda; how each was found)."""
+    if args.host_memory is not None:
+        host, host_how = parse_size(args.host_memory), f"--host-memory {args.host_memory}"
+    else:
+        host, host_how = available(args.ranks_per_node or args.np)
+    budget, how = {"host": host}, {"host": host_how}
+    if args.backend == "cuda":
+        text, dev_how = args.device_memory, "--device-memory"
+        if text is None:
+            text, dev_how = _gpu_memory()
+        budget["device"], how["device"] = parse_size(text), f"{dev_how} {text}"
+    return budget, how
+
+
+def _gpu_memory() -> tuple[str, str]:
+    try:
+        import cupy
+
+        return str(cupy.cuda.Device(0).mem_info[1]), "the GPU's"
+    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
+        return DEVICE_DEFAULT, "assumed (no GPU here; give --device-memory):"
+
+
+def _print(args, out: dict) -> None:
+    from ..memory import format_bytes
+
+    big = max(out["per_rank"], key=lambda r: r["total_bytes"])
+    gpu = "device" in big
+    names = list(big["parts"]) + [
+        k for k in big.get("device", {}).get("parts", {}) if k not in big["parts"]
+    ]
+    rows = []
+    for k in names:
+        row = [k, format_bytes(big["parts"].get(k, 0))]
+        if gpu:
+            row.append(format_bytes(big["device"]["parts"].get(k, 0)))
+        rows.append(row)
+    total = ["peak" if not gpu else "total", format_bytes(big["total_bytes"])]
+    has = ["a rank has", format_bytes(out["budget"]["host"])]
+    if gpu:
+        total.append(format_bytes(big["device"]["total_bytes"]))
+        has.append(format_bytes(out["budget"]["device"]))
+    heads = ["part", "host"] + (["GPU"] if gpu else [])
+    print(
+        f"{out['graph']}: mgg {out['command']} on {out['np']} rank(s) ({out['backend']}); "
+        f"rank {big['rank']} of {out['np']}, {big['rows']:,} node rows, the largest:"
+    )
+    print(format_table([*rows, total, has], heads))
+    print("budget: " + "; ".join(f"{k} from {v}" for k, v in out["budget_how"].items()))
+    if out["fits"]:
+        print("fits")
+    elif out["fixes"]:
+        print(f"does not fit; it would with {' or '.join(out['fixes'])}")
+    else:
+        print("does not fit, and no single change (bfloat16, fewer hidden units, more ranks) fits")
