@@ -91,6 +91,14 @@ def peak_rss_mb() -> float:
     return peak / 2**20
 
 
+def pss_mb() -> float | None:
+    """This process's proportional set size now, in MB: its private pages plus its share
+    of pages it maps with others (the shared-memory windows counted once across ranks);
+    None where /proc/self/smaps_rollup is absent."""
+    pss = _proc_bytes("/proc/self/smaps_rollup", "Pss")
+    return None if pss is None else pss / 2**20
+
+
 def _read_int(path: str) -> int | None:
     try:
         with open(path) as f:
@@ -178,7 +186,7 @@ LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
 ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
-OUTPUT_COPIES = 6  # [rows, classes] tensors: the last layer's, the loss's and their grads
+OUTPUT_COPIES = 5  # [rows, classes]: the last layer's, the loss's, grads (5.0 at 1,000 classes)
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
 # a node order (mgg.partition.order): the permuted CSR beside the graph's, and for rcm and
@@ -219,6 +227,7 @@ def estimate(
     dtype: str = DEFAULTS.dtype,
     stored: str = DEFAULTS.dtype,
     order: str = DEFAULTS.order,
+    aggregates: str = "narrower",
     rows: int | None = None,
     device: bool = False,
 ) -> dict[str, int]:
@@ -240,7 +249,9 @@ def estimate(
     ``makes_split``: the dataset has no masks, so make_split counts per class;
     ``dtype``: the job's rows (bfloat16: 2 bytes each; weights, optimizer state and the
     sums stay float32); ``stored``: the dataset's dense features; ``order``: the node
-    order computed first (its structure, then the renumbered graph beside the given one).
+    order computed first (its structure, then the renumbered graph beside the given one);
+    ``aggregates``: the width each layer aggregates at, which sizes the windows (the
+    model's: mgg.torch.models.Spec).
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -253,6 +264,7 @@ def estimate(
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
     model = (hidden, layers, heads, copies, edge_floats, params, largest_param, optimizer)
+    model += (aggregates,)
     if device:
         own = node_data * rows // max(n, 1)
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
@@ -278,8 +290,8 @@ def estimate(
         widths = _train_parts(part, rows, entries // p, f, feature_nnz, c, rb, *model)
         act = part["activations"] + part.get("attention", 0)
         windows = 0
-        if p > 1:  # two shm windows per width, and the peers' rows each rank reads
-            windows = 2 * directions * rb * sum(set(widths)) * n
+        if p > 1:  # two shm windows per width aggregated, and the peers' rows each reads
+            windows = 2 * directions * rb * sum(widths) * n
         part["windows"] = windows
         run = part["dataset"] + plan + act + windows + part["model"]
     elif command == "check":
@@ -308,10 +320,16 @@ def _train_parts(
     params,
     largest_param,
     optimizer,
+    aggregates,
 ) -> list[int]:
     """Adds a training rank's activations (attention), and model with its gradients and
-    optimizer state, to ``part``; returns the layers' output widths."""
+    optimizer state, to ``part``; returns the widths the layers aggregate at (``aggregates``:
+    'narrower' of input and output, as GCN and SAGE; 'input', GIN; 'output', GAT; sparse
+    input features are transformed first)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
+    ins = [f if f and feature_nnz is None else 0] + widths[:-1]
+    pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
+    agg = {pick(a, b) if a else b for a, b in zip(ins, widths, strict=True)}
     in_width = f if feature_nnz is None else 0
     act = int(rb * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
     part["activations"] = act
@@ -323,7 +341,7 @@ def _train_parts(
         largest_param = max(a * b for a, b in dims)
     per_param = PARAM_BYTES.get(optimizer, PARAM_BYTES["adam"])
     part["model"] = per_param * int(params) + 4 * int(largest_param or 0)
-    return widths
+    return sorted(agg)
 
 
 def _device(
@@ -334,7 +352,7 @@ def _device(
     part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
     if command == "train":
         widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, *model)
-        part["windows"] = 2 * directions * rb * sum(set(widths)) * rows
+        part["windows"] = 2 * directions * rb * sum(widths) * rows
     else:  # check: x, out, float32 sums, and the windows of width D
         part["activations"] = (3 * rb + 4) * dim * rows
         part["windows"] = 2 * rb * dim * rows
@@ -429,6 +447,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
         kw.setdefault("heads", getattr(model, "heads", 1))
         kw.setdefault("edge_floats", getattr(model, "edge_floats", 0))
         kw.setdefault("copies", getattr(model, "copies", ACTIVATION_COPIES))
+        kw.setdefault("aggregates", getattr(model, "aggregates", "narrower"))
         if command == "train" and hasattr(model, "cls"):
             in_dim = d["features"]
             if d["featureless"]:
@@ -504,6 +523,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
     with ``suggest``, the ``fixes`` that fit when it does not."""
     d = _facts(ds)
+    kw.pop("rows", None)  # each rank's, from bounds
     per_rank, memo = [], {}
     for r, rows in enumerate(rank_rows(d["n"], ranks, bounds)):
         if rows not in memo:

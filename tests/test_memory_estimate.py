@@ -170,6 +170,8 @@ def test_estimate_within_30_percent_of_the_peak_on_two_ranks():
             assert 0.7 * peak <= est <= 1.3 * peak, (r["model"], r["num_nodes"], est, peak)
         assert r["peak_bytes"] >= max(r["peak_rss_mb"]) * 2**20 - 1  # the largest rank's
         assert 0.7 * r["peak_bytes"] <= r["planned_bytes"] <= 1.3 * r["peak_bytes"]
+        for pss, peak in zip(r["pss_mb"], r["peak_rss_mb"], strict=True):
+            assert 100 < pss <= peak, (pss, peak)  # shared pages in part, at the end
     estimates = [r["memory_estimate_mb"] for r in runs]
     assert estimates == sorted(estimates), estimates  # the order the comment above needs
     assert runs[3]["memory_estimate_mb"] > runs[0]["memory_estimate_mb"] + 100

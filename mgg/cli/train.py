@@ -95,7 +95,7 @@ def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
     from ..graph.specs import dataset_source
-    from ..memory import available, check_job, format_bytes, job_estimate
+    from ..memory import available, check_job, format_bytes, job_estimate, pss_mb
     from ..partition.shards import ShardedDataset
     from ..torch import MODELS, build_model
     from ..train import Trainer, build_optimizer, metric, prepare
@@ -119,6 +119,9 @@ def main(args) -> int:
     job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
                optimizer=args.optimizer, dtype=knobs.dtype,
                order="file" if args.order_file else knobs.order)  # fmt: skip
+    if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
+        bounds = ds.manifest["bounds"]
+        job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     mem = check_job(ds, comm.size, "train", source=args.dataset, **job)
     planned = job_estimate(ds, comm.size, "train", **job)
     num_nodes, num_edges = sizes(ds)
@@ -207,6 +210,7 @@ def main(args) -> int:
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
         "memory_estimate_mb": mem,
         "planned_bytes": int(planned["total"]),
+        "pss_mb": comm.allgather(pss_mb()),
     }
     result["peak_bytes"] = int(max(result["peak_rss_mb"]) * 2**20)  # the largest rank's
     if say:
