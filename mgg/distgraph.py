@@ -72,7 +72,7 @@ class DistGraph:
         self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
         self._halo = self._edge_transpose = None
         self.cache: dict = {}  # what layers derive from the plan once (index tensors)
-        self.seed, self.step, self._stream = 0, 0, 0
+        self.seed, self.step, self.dropout_stream = 0, 0, 0
 
     @classmethod
     def build(
@@ -147,12 +147,12 @@ class DistGraph:
     # ---- rank-invariant dropout keys ----------------------------------------------------
     def begin_step(self, step: int) -> None:
         """Key this step's dropout masks: the k-th dropout call of step s draws stream k."""
-        self.step, self._stream = int(step), 0
+        self.step, self.dropout_stream = int(step), 0
 
     def next_dropout_key(self) -> np.uint64:
         """The key of the next dropout mask of this step (same sequence on every rank)."""
-        key = key64(self.seed, self.step, self._stream)
-        self._stream += 1
+        key = key64(self.seed, self.step, self.dropout_stream)
+        self.dropout_stream += 1
         return key
 
     @property

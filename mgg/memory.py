@@ -228,6 +228,7 @@ def estimate(
     stored: str = DEFAULTS.dtype,
     order: str = DEFAULTS.order,
     aggregates: str = "narrower",
+    recompute: bool = False,
     rows: int | None = None,
     device: bool = False,
 ) -> dict[str, int]:
@@ -251,7 +252,8 @@ def estimate(
     sums stay float32); ``stored``: the dataset's dense features; ``order``: the node
     order computed first (its structure, then the renumbered graph beside the given one);
     ``aggregates``: the width each layer aggregates at, which sizes the windows (the
-    model's: mgg.torch.models.Spec).
+    model's: mgg.torch.models.Spec); ``recompute``: layers keep only their inputs, and one
+    layer at a time holds its ``copies`` (and attention) while it runs again.
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -264,7 +266,7 @@ def estimate(
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
     model = (hidden, layers, heads, copies, edge_floats, params, largest_param, optimizer)
-    model += (aggregates,)
+    model += (aggregates, recompute)
     if device:
         own = node_data * rows // max(n, 1)
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
@@ -321,6 +323,7 @@ def _train_parts(
     largest_param,
     optimizer,
     aggregates,
+    recompute,
 ) -> list[int]:
     """Adds a training rank's activations (attention), and model with its gradients and
     optimizer state, to ``part``; returns the widths the layers aggregate at (``aggregates``:
@@ -331,10 +334,15 @@ def _train_parts(
     pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
     agg = {pick(a, b) if a else b for a, b in zip(ins, widths, strict=True)}
     in_width = f if feature_nnz is None else 0
-    act = int(rb * rows * (in_width + copies * sum(widths[:-1]) + OUTPUT_COPIES * widths[-1]))
+    hidden_rows = copies * sum(widths[:-1])
+    heads_kept = heads * (max(layers, 1) - 1) + 1  # attention heads kept over the layers
+    if recompute:  # each layer's input, and the widest layer's copies while it runs again
+        hidden_rows = sum(widths[:-1]) + (copies - 1) * max(widths[:-1], default=0)
+        heads_kept = heads if layers > 1 else 1
+    act = int(rb * rows * (in_width + hidden_rows + OUTPUT_COPIES * widths[-1]))
     part["activations"] = act
-    if edge_floats:  # attention: per edge and head, each layer (the last has one head)
-        part["attention"] = 4 * edge_floats * (heads * (max(layers, 1) - 1) + 1) * (entries + rows)
+    if edge_floats:  # attention: per edge and head (the last layer has one head)
+        part["attention"] = 4 * edge_floats * heads_kept * (entries + rows)
     if params is None:
         dims = list(zip([f] + widths[:-1], widths, strict=True))
         params = sum(a * b + b for a, b in dims)
@@ -561,7 +569,8 @@ def _fits(per_rank: list, budget: dict) -> bool:
 def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
     """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, fewer
     hidden units (halved, down to 8), or more ranks (up to 64x, when each has its own
-    budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does."""
+    budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does. Not --recompute: two
+    layers peak in the backward pass with or without it (docs/data.md)."""
     device = "device" in budget
     tries = []
     if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":

@@ -33,6 +33,12 @@ MODEL = (
 )
 
 
+RECOMPUTE = (
+    "keep only each layer's input for the backward pass and compute the layer again there "
+    "(less memory, one more forward per step)"
+)
+
+
 def add(sub):
     s = sub.add_parser("train", help="full-graph GCN/SAGE/GIN/GAT training (launch with mggrun)")
     train_args(s)
@@ -65,6 +71,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     )
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
+    s.add_argument("--recompute", action="store_true", help=RECOMPUTE)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
     order_file_arg(s)
@@ -117,7 +124,7 @@ def main(args) -> int:
     t0 = time.perf_counter()
     ds = open_dataset(args.dataset, args.scale, args.seed)
     job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
-               optimizer=args.optimizer, dtype=knobs.dtype,
+               optimizer=args.optimizer, dtype=knobs.dtype, recompute=args.recompute,
                order="file" if args.order_file else knobs.order)  # fmt: skip
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
         bounds = ds.manifest["bounds"]
@@ -150,6 +157,7 @@ def main(args) -> int:
         seed=args.seed,
         **extra,
     ).to(data.y.device)
+    model.recompute = args.recompute
     opt = build_optimizer(
         args.optimizer,
         model,

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..graph.core import GRAPH_KINDS
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv
-from .ops import dropout
+from .ops import dropout, recompute
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
@@ -30,16 +30,24 @@ def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
 
 class Model(nn.Module):
     """What every model here shares: [dropout -> conv -> activation] x (L-1) -> dropout ->
-    conv, with dropout ``p_in`` on the input features and ``p`` between layers."""
+    conv, with dropout ``p_in`` on the input features and ``p`` between layers.
+    ``recompute``: in training, each conv with its activation keeps only its input and
+    runs again in the backward pass (mgg.torch.ops.recompute)."""
 
     graph = "as_is"
     act = staticmethod(F.relu)
+    recompute = False
 
     def forward(self, x, g):
+        last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            x = conv(dropout(x, g, self.p if i else self.p_in, self.training), g)
-            if i < len(self.convs) - 1:
-                x = self.act(x)
+            x = dropout(x, g, self.p if i else self.p_in, self.training)
+
+            def layer(h, conv=conv, i=i):
+                y = conv(h, g)
+                return y if i == last else self.act(y)
+
+            x = recompute(layer, x, conv, g) if self.recompute and self.training else layer(x)
         return x
 
     def param_groups(self, weight_decay: float) -> list[dict]:
