@@ -98,6 +98,8 @@ def test_ranks_draw_the_shards_one_process_writes(tmp_path, capsys):
     assert b["digests"] == a["digests"] and b["num_edges"] == a["num_edges"]
     ma, mb = (json.loads((tmp_path / d / "manifest.json").read_text()) for d in "ab")
     assert ma["files"] == mb["files"]  # node data too: features, labels, masks
+    labeled = sum(round(c * 0.0004) for c in PAPERS100M["split"])  # what memory plans count
+    assert ma["labeled"] == mb["labeled"] == labeled
     big = mpirun(
         2, "mgg", "partition", "papers100m:scale=0.3", "--distributed", env={LIMIT_ENV: "1G"}
     )

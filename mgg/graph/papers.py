@@ -222,6 +222,7 @@ class Papers:
             "multilabel": False,
             "makes_split": False,
             "sharded": False,
+            "labeled": sum(self.labeled),
         }
 
     def params(self) -> dict:

@@ -129,6 +129,7 @@ def spec_facts(spec: str, scale=None, seed: int = 0) -> dict | None:
         "multilabel": False,
         "makes_split": False,
         "sharded": False,
+        "labeled": None,
     }
 
 

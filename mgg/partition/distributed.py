@@ -42,7 +42,16 @@ from .node_split import node_split, owner_of
 from .order import Order, OrderError, check_one, degree_order, graph_fingerprint
 from .order import read as read_order
 from .plan import PartitionPlan, _rank_plan, plan_stats
-from .shards import begin, commit, node_info, order_info, plan_info, write_shard, writing
+from .shards import (
+    begin,
+    commit,
+    labeled_rows,
+    node_info,
+    order_info,
+    plan_info,
+    write_shard,
+    writing,
+)
 
 
 def build_plan_distributed(
@@ -410,7 +419,8 @@ def partition_file(
             t0 = time.perf_counter()
             source = gen.source() if gen else source_checksum(path)
             source = {**source, "num_edges": source_edges}
-            info = {"graph_kind": kind, "source": source, **node_info(rows)}
+            labeled = int(comm.allreduce(np.array([labeled_rows(rows)], np.int64))[0])
+            info = {"graph_kind": kind, "source": source, **node_info(rows, labeled)}
             info.update(order_info(order.name, order.seconds))
             _write_shards(comm, out, force, plan, rows, info)
             facts.update(out=str(out), write_seconds=time.perf_counter() - t0)

@@ -290,10 +290,19 @@ def plan_info(plan: PartitionPlan) -> dict:
     }
 
 
-def node_info(rows: NodeRows) -> dict:
-    """The manifest's node-data facts (the same on every rank)."""
+def labeled_rows(rows: NodeRows) -> int:
+    """Rows in a split (train, val or test) of this rank's; every row where no split."""
+    if rows.masks is None:
+        return 0 if rows.y is None else len(rows.y)
+    return int(np.logical_or.reduce([m for m in rows.masks if m is not None]).sum())
+
+
+def node_info(rows: NodeRows, labeled: int | None = None) -> dict:
+    """The manifest's node-data facts (the same on every rank; ``labeled``: the rows in a
+    split over every rank, which the memory estimate counts)."""
     x = rows.x
     return {
+        "labeled": labeled,
         "name": rows.name,
         "features": None if x is None else ("sparse" if sp.issparse(x) else "dense"),
         "num_features": None if x is None else int(x.shape[1]),
@@ -325,7 +334,9 @@ def write_sharded(
         pairs = zip(plans, rows, strict=True)
         bar = progress(pairs, total=len(plans), desc="write shards", enable=None)
         tables = [write_shard(target, p, r) for p, r in bar]
-        info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0]), **(order or {})}
+        labeled = sum(labeled_rows(r) for r in rows)
+        info = {"graph_kind": graph_kind, "source": source, **node_info(rows[0], labeled)}
+        info.update(order or {})
         return commit(target, [plan_info(p) for p in plans], tables, info)
 
 
