@@ -412,7 +412,7 @@ def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, hea
     return sum(sizes), max(sizes)
 
 
-def _facts(ds) -> dict:
+def job_facts(ds) -> dict:
     """What the estimate needs of ``ds`` (a Dataset, a ShardedDataset's manifest, or these
     facts already: mgg.graph.specs.spec_facts)."""
     if isinstance(ds, dict):
@@ -468,7 +468,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
     graph one-hot ids or random features); ``kw``: hidden, layers, heads, optimizer, dim
     (None means the default)."""
     kw = {k: v for k, v in kw.items() if v is not None}
-    d = _facts(ds)
+    d = job_facts(ds)
     n, c = d["n"], d["classes"]
     if model is not None:
         kw.setdefault("hidden", model.hidden)
@@ -510,7 +510,7 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
     :func:`check_estimate` before the job allocates; returns it in MB. A refusal says
     what would fit (:func:`fixes`)."""
     parts = job_estimate(ds, ranks, command, model=model, **kw)
-    d = _facts(ds)
+    d = job_facts(ds)
     c = d["classes"]
     what = f"mgg {command} on {ranks} rank(s)"
     if c > 2**24 and not d["multilabel"]:
@@ -552,7 +552,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     ``device`` the GPU's as ``device``: the host then holds the data and the plan, the GPU
     the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
     with ``suggest``, the ``fixes`` that fit when it does not."""
-    d = _facts(ds)
+    d = job_facts(ds)
     kw.pop("rows", None)  # each rank's, from bounds
     per_rank, memo = [], {}
     for r, rows in enumerate(rank_rows(d["n"], ranks, bounds)):

@@ -240,9 +240,15 @@ def test_a_checkpoint_records_its_dtype_and_resumes_in_another_with_a_note(tmp_p
 
 
 def test_the_memory_estimate_counts_two_byte_rows():
-    kw = dict(features=128, classes=47, hidden=256, layers=3)
+    kw = dict(features=128, classes=47, hidden=256, layers=3, labeled=0)
     f32 = estimate(2_000_000, 60_000_000, 4, sharded=True, **kw)
     b16 = estimate(2_000_000, 60_000_000, 4, sharded=True, dtype="bfloat16", **kw)
+    # what the loss and evaluation take of the labeled rows is float32 in both
+    more = {**kw, "labeled": 1_000_000}
+    f32_l = estimate(2_000_000, 60_000_000, 4, sharded=True, **more)
+    b16_l = estimate(2_000_000, 60_000_000, 4, sharded=True, dtype="bfloat16", **more)
+    grown = f32_l["activations"] - f32["activations"]
+    assert grown == b16_l["activations"] - b16["activations"] > 4 * 250_000 * 47
     stored = estimate(
         2_000_000, 60_000_000, 4, sharded=True, dtype="bfloat16", stored="bfloat16", **kw
     )

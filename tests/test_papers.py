@@ -58,10 +58,10 @@ def test_any_rows_and_any_draws_are_the_wholes(ds):
 
 
 def test_the_signal_is_learnable(capsys):
-    args = ["train", "--dataset", SPEC, "--epochs", "40", "--hidden", "64", "--json"]
-    assert main(args) == 0
+    args = ["train", "--dataset", SPEC, "--epochs", "25", "--hidden", "64", "--eval-every", "0"]
+    assert main([*args, "--json"]) == 0
     out = last_json(capsys.readouterr().out)
-    assert out["test_acc"] > 30 / 172, out["test_acc"]  # chance is 1/172
+    assert out["test_acc"] > 50 / 172, out["test_acc"]  # chance is 1/172; 0.53 measured
 
 
 @pytest.mark.parametrize(

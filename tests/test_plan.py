@@ -3,9 +3,11 @@ generated graph planned from its spec alone; fixes that do fit."""
 
 import json
 
+import pytest
+
 from mgg.cli import main
 from mgg.graph.specs import resolve
-from mgg.memory import LIMIT_ENV, _facts
+from mgg.memory import LIMIT_ENV, job_facts
 from mgg.memory import plan as memory_plan
 from mgg.torch import MODELS
 
@@ -23,7 +25,7 @@ def test_a_spec_is_planned_as_the_graph_it_makes(capsys):
     for spec in ("papers100m:scale=0.0002", "products:scale=0.002"):
         fast = plan(capsys, spec, "--np", 2, "--host-memory", "1T")
         ds = resolve(spec)
-        slow = memory_plan(_facts(ds), 2, budget={"host": 2**40}, model=MODELS["gcn"])
+        slow = memory_plan(job_facts(ds), 2, budget={"host": 2**40}, model=MODELS["gcn"])
         assert len(fast["per_rank"]) == 2 and fast["fits"]
         for a, b in zip(fast["per_rank"], slow["per_rank"], strict=True):
             assert a["rows"] == b["rows"]
@@ -97,3 +99,13 @@ def test_train_plans_what_mgg_plan_says(capsys):
         planned = plan(capsys, spec, "--np", 1, *args, "--host-memory", "1T")
         assert trained["planned_bytes"] == planned["per_rank"][0]["total_bytes"], model
         assert trained["peak_bytes"] > 0
+
+
+def test_bad_flags_are_one_line_naming_mgg_plan(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", "papers100m", "--host-memory", "12X"])
+    assert e.value.code == 2
+    assert "argument --host-memory: expected a size like 2G" in capsys.readouterr().err
+    assert main(["plan", "papers100m", "--model", "foo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["mgg plan: error: unknown model 'foo'; choose one of gcn, sage, gin, gat"]

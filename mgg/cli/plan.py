@@ -5,6 +5,8 @@ datasets are planned from their counts alone; other inputs are read first."""
 
 from __future__ import annotations
 
+import argparse
+
 from ..knobs import flag_help
 from .common import emit, format_table, graph_args, integer, knob_type, open_dataset, quiet
 
@@ -16,7 +18,9 @@ def add(sub):
     s = sub.add_parser("plan", help="a job's memory per rank, part by part, before it runs")
     graph_args(s)
     s.add_argument("--np", type=integer(1), default=1, help="ranks P of the job")
-    s.add_argument("--command", choices=COMMANDS, default="train", help="the job to plan")
+    s.add_argument(
+        "--command", dest="job", choices=COMMANDS, default="train", help="the job to plan"
+    )
     s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     s.add_argument("--model", default="gcn", help="gcn, sage, gin, gat (train)")
     s.add_argument("--hidden", type=integer(1), default=None, help="default: the model's")
@@ -33,9 +37,12 @@ def add(sub):
         default=None,
         help="ranks sharing this host's memory (default: all P)",
     )
-    s.add_argument("--host-memory", default=None, help="a rank's host memory (default: measured)")
+    s.add_argument(
+        "--host-memory", type=size, default=None, help="a rank's host memory (default: measured)"
+    )
     s.add_argument(
         "--device-memory",
+        type=size,
         default=None,
         help=f"a rank's GPU memory (default: the GPU's, else {DEVICE_DEFAULT})",
     )
@@ -48,9 +55,23 @@ def add(sub):
     return s
 
 
+def size(text: str) -> str:
+    """argparse type of a memory size: 2G, 512M, 1.5GiB or a byte count (kept as given)."""
+    from ..errors import InputError
+    from ..memory import parse_size
+
+    try:
+        parse_size(text)
+    except InputError:
+        raise argparse.ArgumentTypeError(
+            f"expected a size like 2G, 512M, 1.5GiB or a byte count, got {text!r}"
+        ) from None
+    return text
+
+
 def main(args) -> int:
     from ..graph.specs import spec_facts
-    from ..memory import available, parse_size, plan
+    from ..memory import available, job_facts, parse_size, plan
     from ..partition.shards import ShardedDataset
     from ..torch import MODELS
 
@@ -68,23 +89,21 @@ def main(args) -> int:
     else:
         name = facts["name"]
     if args.sharded:
-        from ..memory import _facts
-
-        facts = {**_facts(facts), "sharded": True}
+        facts = {**job_facts(facts), "sharded": True}
     budget, how = _budget(args, available, parse_size)
     kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
     kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
     kw.update(recompute=args.recompute)
-    if args.command != "train":
+    if args.job != "train":
         kw = {k: kw[k] for k in ("dim", "dtype", "order")}
     out = plan(
         facts,
         args.np,
-        args.command,
+        args.job,
         budget=budget,
         device=args.backend == "cuda",
         bounds=bounds,
-        model=MODELS[args.model] if args.command == "train" else None,
+        model=MODELS[args.model] if args.job == "train" else None,
         **kw,
     )
     out.update(graph=name, backend=args.backend, budget_how=how)
