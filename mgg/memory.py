@@ -271,8 +271,10 @@ def estimate(
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
-    model = (hidden, layers, heads, copies, edge_floats, params, largest_param, optimizer)
-    model += (aggregates, recompute, -(-(n if labeled is None else labeled) // p))
+    model = dict(hidden=hidden, layers=layers, heads=heads, copies=copies)
+    model.update(edge_floats=edge_floats, params=params, largest_param=largest_param)
+    model.update(optimizer=optimizer, aggregates=aggregates, recompute=recompute)
+    model["labeled"] = -(-(n if labeled is None else labeled) // p)
     if device:
         own = node_data * rows // max(n, 1)
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
@@ -295,7 +297,7 @@ def estimate(
     part["plan"] = plan * (p if command == "partition" else 1)
     run = 0
     if command == "train":
-        widths = _train_parts(part, rows, entries // p, f, feature_nnz, c, rb, *model)
+        widths = _train_parts(part, rows, entries // p, f, feature_nnz, c, rb, **model)
         act = part["activations"] + part.get("attention", 0)
         windows = 0
         if p > 1:  # two shm windows per width aggregated, and the peers' rows each reads
@@ -320,6 +322,7 @@ def _train_parts(
     feature_nnz,
     c,
     rb,
+    *,
     hidden,
     layers,
     heads,
@@ -337,10 +340,10 @@ def _train_parts(
     'narrower' of input and output, as GCN and SAGE; 'input', GIN; 'output', GAT; sparse
     input features are transformed first)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
-    ins = [f if f and feature_nnz is None else 0] + widths[:-1]
-    pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
-    agg = {pick(a, b) if a else b for a, b in zip(ins, widths, strict=True)}
     in_width = f if feature_nnz is None else 0
+    pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
+    ins = [in_width] + widths[:-1]
+    agg = {pick(a, b) if a else b for a, b in zip(ins, widths, strict=True)}
     hidden_rows = copies * sum(widths[:-1])
     heads_kept = heads * (max(layers, 1) - 1) + 1  # attention heads kept over the layers
     if recompute:  # each layer's input, and the widest layer's copies while it runs again
@@ -367,7 +370,7 @@ def _device(
     run), and its symmetric NVSHMEM windows, two per width, of its own rows."""
     part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
     if command == "train":
-        widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, *model)
+        widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, **model)
         part["windows"] = 2 * directions * rb * sum(widths) * rows
     else:  # check: x, out, float32 sums, and the windows of width D
         part["activations"] = (3 * rb + 4) * dim * rows
@@ -412,53 +415,61 @@ def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, hea
     return sum(sizes), max(sizes)
 
 
-def job_facts(ds) -> dict:
-    """What the estimate needs of ``ds`` (a Dataset, a ShardedDataset's manifest, or these
-    facts already: mgg.graph.specs.spec_facts)."""
-    if isinstance(ds, dict):
-        return ds
-    graph = getattr(ds, "graph", None)
-    if graph is None:  # sharded: the manifest's facts
-        return {
-            "n": ds.num_nodes,
-            "e": ds.num_edges,
-            "symmetric": bool(ds.symmetric),
-            "features": ds.num_features or 0,
-            "feature_nnz": 0 if ds.features == "sparse" else None,
-            "featureless": ds.features is None,
-            "stored": ds.manifest.get("feature_dtype") or "float32",
-            "classes": ds.num_classes or 0,
-            "multilabel": False,
-            "makes_split": False,
-            "sharded": True,
-            "labeled": ds.manifest.get("labeled"),
-        }
-    x = ds.x
-    return {
-        "n": graph.num_nodes,
-        "e": graph.num_edges,
-        "symmetric": bool(graph.symmetric),
-        "features": 0 if x is None else int(x.shape[1]),
-        "feature_nnz": int(x.nnz) if hasattr(x, "nnz") else None,
-        "featureless": x is None,
-        "stored": "float32",
-        "classes": int(ds.num_classes or 0),
-        "multilabel": bool(ds.multilabel),
-        "makes_split": ds.y is not None and ds.train_mask is None,
-        "sharded": False,
-        "labeled": _labeled(ds),
-    }
+def facts(n: int, e: int, *, features: int = 0, classes: int = 0, **rest) -> dict:
+    """What the estimate needs of a graph of ``n`` nodes and ``e`` CSR entries (dense
+    features, one class per node, undirected, stored float32, not sharded, every row
+    labeled, unless ``rest`` says otherwise: symmetric, feature_nnz, stored, multilabel,
+    makes_split, sharded, labeled, name)."""
+    out = {"n": int(n), "e": int(e), "features": int(features), "classes": int(classes)}
+    out.update(symmetric=True, feature_nnz=None, featureless=not features, stored="float32")
+    out.update(multilabel=False, makes_split=False, sharded=False, labeled=None)
+    out.update(rest)
+    return out
 
 
-def _labeled(ds) -> int | None:
-    """Rows of a Dataset in a split (None: all, as when the job makes the split)."""
-    masks = [m for m in (ds.train_mask, ds.val_mask, ds.test_mask) if m is not None]
+def split_rows(masks) -> int | None:
+    """Rows in any of the split ``masks`` (bool [n] each, or None); None without one: every
+    row counts, as when the job makes the split."""
+    masks = [m for m in masks or () if m is not None]
     if not masks:
         return None
     out = masks[0].copy()
     for m in masks[1:]:
         out |= m
     return int(out.sum())
+
+
+def job_facts(ds) -> dict:
+    """What the estimate needs of ``ds`` (a Dataset, a ShardedDataset's manifest, or these
+    facts already: :func:`facts`)."""
+    if isinstance(ds, dict):
+        return ds
+    graph = getattr(ds, "graph", None)
+    if graph is None:  # sharded: the manifest's facts
+        return facts(
+            ds.num_nodes,
+            ds.num_edges,
+            features=ds.num_features or 0,
+            classes=ds.num_classes or 0,
+            symmetric=bool(ds.symmetric),
+            feature_nnz=0 if ds.features == "sparse" else None,
+            featureless=ds.features is None,
+            stored=ds.manifest.get("feature_dtype") or "float32",
+            sharded=True,
+            labeled=ds.manifest.get("labeled"),
+        )
+    x = ds.x
+    return facts(
+        graph.num_nodes,
+        graph.num_edges,
+        features=0 if x is None else int(x.shape[1]),
+        classes=ds.num_classes or 0,
+        symmetric=bool(graph.symmetric),
+        feature_nnz=int(x.nnz) if hasattr(x, "nnz") else None,
+        multilabel=bool(ds.multilabel),
+        makes_split=ds.y is not None and ds.train_mask is None,
+        labeled=split_rows((ds.train_mask, ds.val_mask, ds.test_mask)),
+    )
 
 
 def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str, int]:
@@ -505,10 +516,15 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
     )
 
 
-def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> float:
+def check_job(ds, ranks: int, command: str, **kw) -> float:
+    """:func:`checked_estimate` in MB."""
+    return round(checked_estimate(ds, ranks, command, **kw)["total"] / 2**20, 1)
+
+
+def checked_estimate(ds, ranks: int, command: str, *, source=None, model=None, **kw) -> dict:
     """The :func:`job_estimate` of ``command`` on ``ds``, checked with
-    :func:`check_estimate` before the job allocates; returns it in MB. A refusal says
-    what would fit (:func:`fixes`)."""
+    :func:`check_estimate` before the job allocates. A refusal says what would fit
+    (:func:`fixes`)."""
     parts = job_estimate(ds, ranks, command, model=model, **kw)
     d = job_facts(ds)
     c = d["classes"]
@@ -518,7 +534,8 @@ def check_job(ds, ranks: int, command: str, *, source=None, model=None, **kw) ->
             f" with {c:,} classes (the largest label is {c - 1:,}; an output layer of {c:,} rows)"
         )
     try:
-        return check_estimate(parts, source if source is not None else ds.name, what)
+        check_estimate(parts, source if source is not None else ds.name, what)
+        return parts
     except ResourceError as e:
         budget = {"host": available()[0] + _held()}
         ways = fixes(ds, ranks, command, budget, model=model, **kw)

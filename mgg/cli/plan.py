@@ -71,7 +71,7 @@ def size(text: str) -> str:
 
 def main(args) -> int:
     from ..graph.specs import spec_facts
-    from ..memory import available, job_facts, parse_size, plan
+    from ..memory import job_facts, plan
     from ..partition.shards import ShardedDataset
     from ..torch import MODELS
 
@@ -90,7 +90,7 @@ def main(args) -> int:
         name = facts["name"]
     if args.sharded:
         facts = {**job_facts(facts), "sharded": True}
-    budget, how = _budget(args, available, parse_size)
+    budget, how = _budget(args)
     kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
     kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
     kw.update(recompute=args.recompute)
@@ -113,8 +113,10 @@ def main(args) -> int:
     return 0
 
 
-def _budget(args, available, parse_size) -> tuple[dict, dict]:
+def _budget(args) -> tuple[dict, dict]:
     """(bytes a rank has: host, and device for cuda; how each was found)."""
+    from ..memory import available, parse_size
+
     if args.host_memory is not None:
         host, host_how = parse_size(args.host_memory), f"--host-memory {args.host_memory}"
     else:

@@ -102,7 +102,7 @@ def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
     from ..graph.specs import dataset_source
-    from ..memory import available, check_job, format_bytes, job_estimate, pss_mb
+    from ..memory import available, checked_estimate, format_bytes, pss_mb
     from ..partition.shards import ShardedDataset
     from ..torch import MODELS, build_model
     from ..train import Trainer, build_optimizer, metric, prepare
@@ -129,8 +129,7 @@ def main(args) -> int:
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
         bounds = ds.manifest["bounds"]
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-    mem = check_job(ds, comm.size, "train", source=args.dataset, **job)
-    planned = job_estimate(ds, comm.size, "train", **job)
+    planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -216,7 +215,7 @@ def main(args) -> int:
         **summary,
         "notes": data.notes,
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
-        "memory_estimate_mb": mem,
+        "memory_estimate_mb": round(planned["total"] / 2**20, 1),
         "planned_bytes": int(planned["total"]),
         "pss_mb": comm.allgather(pss_mb()),
     }

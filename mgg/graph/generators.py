@@ -31,6 +31,7 @@ __all__ = [
     "STANDINS",
     "standin",
     "standin_edge_cap",
+    "standin_size",
 ]
 
 _LO32 = np.uint64(0xFFFFFFFF)
@@ -644,11 +645,9 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
         f"{name}:scale={scale}",
         "choose a smaller scale",
     )
-    n = max(2, round(spec.nodes * scale))
-    wanted = round(spec.edges * scale)
+    n, edges, wanted = standin_size(spec, scale)
     feats = spec.features if with_features else 0
-    _require(f"{name}:scale={scale}", n, min(wanted, standin_edge_cap(n)), feats)
-    edges = min(wanted, standin_edge_cap(n))
+    _require(f"{name}:scale={scale}", n, edges, feats)
     rewire = _Rewire.make(n, spec.classes, STANDIN_HOMOPHILY, seed)
     graph = _rmat_n(n, edges, 0.57, 0.19, 0.19, seed, not spec.directed, False, rewire)
     meta = {
@@ -679,6 +678,13 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
     x = _class_features(y, spec.classes, spec.features, 1.0, seed)
     train, val, test = make_split(y, spec.classes, seed=seed)
     return Dataset(name, graph, x, y, train, val, test, spec.classes, meta=meta)
+
+
+def standin_size(spec: StandinSpec, scale: float) -> tuple[int, int, int]:
+    """(nodes, CSR entries, the entries before the cap) of a stand-in at ``scale``."""
+    n = max(2, round(spec.nodes * scale))
+    wanted = round(spec.edges * scale)
+    return n, min(wanted, standin_edge_cap(n)), wanted
 
 
 def standin_edge_cap(n: int) -> int:

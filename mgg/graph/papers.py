@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..hashing import GOLDEN, key64, mix64
-from ..memory import csr_bytes, require
+from ..memory import csr_bytes, facts, require
 from .core import Graph, index_dtype
 from .dataset import Dataset, NodeRows
 from .generators import CENTROID_NORM, _planted_fill, _threshold, _uniform, build_csr
@@ -209,21 +209,14 @@ class Papers:
 
     def facts(self) -> dict:
         """What mgg.memory's estimates need, without drawing anything."""
-        return {
-            "name": self.name,
-            "n": self.num_nodes,
-            "e": self.entries,
-            "symmetric": True,
-            "features": self.features,
-            "feature_nnz": None,
-            "featureless": not self.features,
-            "stored": "float32",
-            "classes": self.classes,
-            "multilabel": False,
-            "makes_split": False,
-            "sharded": False,
-            "labeled": sum(self.labeled),
-        }
+        return facts(
+            self.num_nodes,
+            self.entries,
+            features=self.features,
+            classes=self.classes,
+            labeled=sum(self.labeled),
+            name=self.name,
+        )
 
     def params(self) -> dict:
         return {

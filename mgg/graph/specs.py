@@ -6,12 +6,13 @@ import math
 import os
 
 from ..errors import InputError
+from ..memory import facts
 from .dataset import Dataset
 from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
 from .formats.ogb import MARKERS as OGB_MARKERS
 from .formats.slices import source_checksum
-from .generators import STANDINS, planted_partition, rmat, standin, standin_edge_cap
+from .generators import STANDINS, planted_partition, rmat, standin, standin_size
 from .papers import KEYS as _PAPERS_KEYS
 from .papers import NAME as PAPERS
 from .papers import Papers, parse_papers
@@ -68,8 +69,7 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
             with_features=bool(int(kv.get("features", 1))),
         )
     if name == PAPERS:
-        _check_keys(kv, _PAPERS_KEYS, name)
-        return parse_papers(kv, spec, scale, seed).dataset()
+        return papers_spec(spec, scale, seed).dataset()
     if name == "rmat":
         refuse_scale(scale, spec, "an rmat spec (its scale=K is log2 of the node count)")
         _check_keys(kv, _RMAT_KEYS, name, required=("scale",))
@@ -113,24 +113,10 @@ def spec_facts(spec: str, scale=None, seed: int = 0) -> dict | None:
         return None
     kv = _parse_kv(rest, spec)
     _check_keys(kv, _STANDIN_KEYS, name)
-    st, s = STANDINS[name], float(kv.get("scale", 1.0 if scale is None else scale))
-    n = max(2, round(st.nodes * s))
+    st = STANDINS[name]
+    n, e, _ = standin_size(st, float(kv.get("scale", 1.0 if scale is None else scale)))
     features = st.features if int(kv.get("features", 1)) else 0
-    return {
-        "name": name,
-        "n": n,
-        "e": min(round(st.edges * s), standin_edge_cap(n)),
-        "symmetric": not st.directed,
-        "features": features,
-        "feature_nnz": None,
-        "featureless": not features,
-        "stored": "float32",
-        "classes": st.classes,
-        "multilabel": False,
-        "makes_split": False,
-        "sharded": False,
-        "labeled": None,
-    }
+    return facts(n, e, features=features, classes=st.classes, symmetric=not st.directed, name=name)
 
 
 def papers_spec(spec: str, scale=None, seed: int = 0) -> Papers | None:

@@ -41,6 +41,7 @@ from ..atomic import Lock, LockedError, hold, sweep, temp_path
 from ..graph.core import GRAPH_KINDS, GraphError
 from ..graph.dataset import MASKS, NodeRows
 from ..knobs import DEFAULTS
+from ..memory import split_rows
 from ..precision import BF16, bits
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays
@@ -292,9 +293,10 @@ def plan_info(plan: PartitionPlan) -> dict:
 
 def labeled_rows(rows: NodeRows) -> int:
     """Rows in a split (train, val or test) of this rank's; every row where no split."""
-    if rows.masks is None:
-        return 0 if rows.y is None else len(rows.y)
-    return int(np.logical_or.reduce([m for m in rows.masks if m is not None]).sum())
+    if rows.y is None:
+        return 0
+    count = split_rows(rows.masks)
+    return len(rows.y) if count is None else count
 
 
 def node_info(rows: NodeRows, labeled: int | None = None) -> dict:
