@@ -163,9 +163,13 @@ def _order_facts(st: dict) -> dict:
 
 
 def _graph_kind(model: str | None, default: str) -> str:
-    from ..torch import graph_kind
+    from ..graph.core import GRAPH_KINDS
 
-    return default if model is None else graph_kind(model)
+    if model is None or model in GRAPH_KINDS:
+        return default if model is None else model
+    from ..torch import graph_kind  # torch: 1.6 s a rank, for a model's name only
+
+    return graph_kind(model)
 
 
 def _distributed(args, knobs, kind: str) -> int:
