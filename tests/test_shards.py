@@ -3,6 +3,8 @@ each rank opens only its shard, and damaged or mismatched shards are refused."""
 
 import json
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -427,3 +429,20 @@ def test_a_multilabel_ogb_directory_trains_the_same_from_shards(tmp_path, capsys
     assert d2.y.shape == (n, 3) and d2.y.dtype == d1.y.dtype
     assert s1["losses"] == s2["losses"] and s2["metric"] == "rocauc"
     assert s1["test_acc"] == s2["test_acc"]
+
+
+def test_partition_imports_no_torch_unless_a_model_is_named(tmp_path):
+    """torch is 1.6 s of CPU a rank: mgg partition loads it only to look up --model."""
+    code = (
+        "import sys\nfrom mgg.cli import main\n"
+        f"assert main(['partition', 'planted:nodes=300,classes=2', '--np', '2', '--out', "
+        f"{str(tmp_path / 's')!r}, '--model', sys.argv[1]]) == 0\n"
+        "print('torch' in sys.modules)\n"
+    )
+    for model, loads in (("gcn_norm", "False"), ("gat", "True")):
+        out = subprocess.run(
+            [sys.executable, "-c", code, model], capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split()[-1] == loads, (model, out.stdout)
+        shutil.rmtree(tmp_path / "s")

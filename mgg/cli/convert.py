@@ -29,7 +29,7 @@ def main(args) -> int:
 
     from ..atomic import check_folder
     from ..graph.formats import dropped_on_write, format_name, write_format, write_graph
-    from ..graph.specs import resolve
+    from ..graph.specs import ogb_source, resolve
     from ..partition.shards import ShardedDataset, is_sharded
 
     INPUTS.append(args.input)
@@ -48,6 +48,9 @@ def main(args) -> int:
     ):
         raise ValueError(f"{args.output}: is the input itself: write to another path")
     t0 = time.perf_counter()
+    ogb = ogb_source(args.input)
+    if ogb is not None and write_format(args.output) in ("npz", "mgg"):
+        return _stream(args, ogb, t0)
     ds = resolve(args.input)
     lost = dropped_on_write(ds, args.output)
     if lost:
@@ -70,6 +73,40 @@ def main(args) -> int:
         print(
             f"{args.input} -> {args.output} ({format_name(args.output)}): "
             f"{res['num_nodes']:,} nodes, {res['num_edges']:,} edges in {res['seconds']:.2f} s"
+        )
+    emit(args, res)
+    return 0
+
+
+def _stream(args, ogb, t0) -> int:
+    """An OGB directory into .npz or the MGG binary CSR in bounded memory."""
+    from ..graph.formats import format_name
+    from ..graph.formats.ogb_stream import convert_ogb
+    from ..memory import peak_rss_mb
+
+    res = convert_ogb(ogb[0], args.output, **ogb[1], show=None if not quiet(args) else False)
+    if res["dropped"]:
+        print(
+            f"mgg convert: warning: {args.output} ({format_name(args.output)}) cannot hold "
+            f"the {', '.join(res['dropped'])} of {args.input}: dropped",
+            file=sys.stderr,
+        )
+    res = {
+        "in": args.input,
+        "out": args.output,
+        "num_nodes": res["num_nodes"],
+        "num_edges": res["num_edges"],
+        "seconds": time.perf_counter() - t0,
+        "streamed": {"ranges": res["ranges"], "chunk": res["chunk"]},
+        "peak_rss_mb": round(peak_rss_mb(), 1),
+    }
+    if not quiet(args):
+        print(
+            f"{args.input} -> {args.output} ({format_name(args.output)}): "
+            f"{res['num_nodes']:,} nodes, {res['num_edges']:,} edges in {res['seconds']:.2f} s, "
+            f"streamed: {res['streamed']['ranges']} row range"
+            f"{'s' if res['streamed']['ranges'] != 1 else ''} of at most "
+            f"{res['streamed']['chunk']:,} entries, peak {res['peak_rss_mb']:,.0f} MB"
         )
     emit(args, res)
     return 0

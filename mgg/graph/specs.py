@@ -20,6 +20,7 @@ from .papers import Papers, parse_papers
 __all__ = [
     "dataset_source",
     "folder_error",
+    "ogb_source",
     "papers_spec",
     "refuse_scale",
     "resolve",
@@ -45,13 +46,13 @@ def resolve(spec: str, *, scale: float | None = None, seed: int = 0) -> Dataset:
     Unknown names or keys raise InputError listing the valid ones; another folder, one
     saying what it is not.
     """
-    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX) or is_ogb_dir(spec):
-        refuse_scale(scale, spec, "a file" if not is_ogb_dir(spec) else "an OGB directory")
-        return read_dataset(spec)
-    folder, colon, options = spec.rpartition(":")
-    if colon and is_ogb_dir(folder):
+    ogb = ogb_source(spec)
+    if ogb is not None:
         refuse_scale(scale, spec, "an OGB directory")
-        return read_dataset(folder, **_ogb_options(options, spec))
+        return read_dataset(ogb[0], **ogb[1])
+    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX):
+        refuse_scale(scale, spec, "a file")
+        return read_dataset(spec)
     if os.path.isdir(spec):
         raise folder_error(spec)
     name, _, rest = spec.partition(":")
@@ -152,6 +153,19 @@ _OGB_OPTIONS = {
     "undirected": {"0": False, "1": True},
     "edge_feat": {v: v for v in ("mean", "skip", "auto")},
 }
+
+
+def ogb_source(spec: str) -> tuple[str, dict] | None:
+    """(the directory, read_ogb's keyword arguments) of a spec naming an OGB directory
+    (``DIR`` or ``DIR:split=NAME,...``), else None."""
+    if os.path.isfile(spec) or os.path.isfile(spec + BEG_SUFFIX):
+        return None
+    if is_ogb_dir(spec):
+        return spec, {}
+    folder, colon, options = spec.rpartition(":")
+    if colon and is_ogb_dir(folder):
+        return folder, _ogb_options(options, spec)
+    return None
 
 
 def _ogb_options(text: str, spec: str) -> dict:

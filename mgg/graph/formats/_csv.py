@@ -20,7 +20,7 @@ from ...memory import require
 from ._common import err, open_binary, show
 from .edgelist import _num_workers, _read_chunks
 
-__all__ = ["read_csv_rows"]
+__all__ = ["csv_row_blocks", "read_csv_rows"]
 
 _OK, _COLUMNS, _TOKEN, _EXTRA = 0, 1, 2, 3
 _POW10 = np.array([10.0**k for k in range(23)])
@@ -155,38 +155,54 @@ def read_csv_rows(path, nrows: int, *, dtype=np.float32, allow_empty=False, unit
     """
     path = os.fspath(path)
     out = None
+    row = 0
+    for block in csv_row_blocks(path, nrows, dtype=dtype, allow_empty=allow_empty, unit=unit):
+        if out is None:
+            cols = block.shape[1]
+            require(
+                nrows * cols * np.dtype(dtype).itemsize,
+                f"line 1: {cols:,} columns, so {nrows:,} rows of {np.dtype(dtype)}",
+                path,
+                f"check the row count ({unit}s) and the first line",
+            )
+            out = np.empty((nrows, cols), dtype)
+        out[row : row + len(block)] = block
+        row += len(block)
+    return np.empty((0, 0), dtype) if out is None else out
+
+
+def csv_row_blocks(
+    path, nrows: int, *, dtype=np.float32, allow_empty=False, unit="node", first_only=False
+):
+    """The rows of :func:`read_csv_rows`, block by block in order (``dtype`` [k, C] each,
+    parsed ahead in threads), with its checks; ``first_only``: the first block only."""
+    path = os.fspath(path)
+    cols = None
     line0 = 1
     pending: deque = deque()
     workers = _num_workers()
 
     def collect():
-        job, block, first = pending.popleft()
+        job, block, first, out = pending.popleft()
         status, r, c = job.result()
         if status == _COLUMNS:
             raise err(
                 path,
                 f"line {first + r}",
-                f"expected {out.shape[1]} comma-separated values (as on line 1), found {c}",
+                f"expected {cols} comma-separated values (as on line 1), found {c}",
             )
         if status == _TOKEN:
             fields = _line(block, r).split(b",")
             tok = fields[c].strip() if c < len(fields) else b""
             raise err(path, f"line {first + r}", f"column {c + 1}: {show(tok)} is not a number")
+        return out
 
     with open_binary(path) as f, ThreadPoolExecutor(workers) as pool:
         try:
             for block in _read_chunks(f, path):
                 lines = block.count(b"\n")
-                if out is None:
-                    first = block[: block.find(b"\n")]
-                    cols = first.count(b",") + 1
-                    require(
-                        nrows * cols * np.dtype(dtype).itemsize,
-                        f"line 1: {cols:,} columns, so {nrows:,} rows of {np.dtype(dtype)}",
-                        path,
-                        f"check the row count ({unit}s) and the first line",
-                    )
-                    out = np.empty((nrows, cols), dtype)
+                if cols is None:
+                    cols = block[: block.find(b"\n")].count(b",") + 1
                 if line0 - 1 + lines > nrows:
                     while pending:
                         collect()
@@ -195,16 +211,20 @@ def read_csv_rows(path, nrows: int, *, dtype=np.float32, allow_empty=False, unit
                         f"line {nrows + 1}",
                         f"more than {nrows} lines: expected one row per {unit} ({nrows} {unit}s)",
                     )
+                out = np.empty((lines, cols), dtype)
                 buf = np.frombuffer(block, np.uint8)
-                job = pool.submit(_parse_block, buf, out, line0 - 1, allow_empty, _POW10, _INITY)
-                pending.append((job, block, line0))
+                job = pool.submit(_parse_block, buf, out, 0, allow_empty, _POW10, _INITY)
+                pending.append((job, block, line0, out))
                 line0 += lines
+                if first_only:
+                    yield collect()
+                    return
                 if len(pending) > workers:
-                    collect()
+                    yield collect()
             while pending:
-                collect()
+                yield collect()
         finally:
-            for job, _, _ in pending:
+            for job, *_ in pending:
                 job.cancel()
     rows = line0 - 1
     if rows != nrows:
@@ -213,4 +233,3 @@ def read_csv_rows(path, nrows: int, *, dtype=np.float32, allow_empty=False, unit
             f"line {max(rows, 1)}",
             f"{rows} lines, expected one row per {unit} ({nrows} {unit}s)",
         )
-    return np.empty((0, 0), dtype) if out is None else out

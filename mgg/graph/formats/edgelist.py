@@ -67,6 +67,7 @@ class _Spec:
         self.header_nodes = None
         self.header_line = 0
         self.strict_header = False  # ids must lie below the header's node count
+        self.lines = 0  # lines read so far (_edge_chunks)
 
 
 class _Chunk:
@@ -331,13 +332,20 @@ def _parse_edgelist(
     is checked against memory chunk by chunk (its indptr needs 8 bytes per node)."""
     spec = _Spec(num_nodes, comments, delimiter, want_lines, columns)
     spec.strict_header = strict_header
-    done, pending = [], deque()
-    line0 = 1
-    top = [-1, available_bytes() if num_nodes is None else None]
+    done = list(_edge_chunks(spec, path))
+    return spec, done, spec.lines
+
+
+def _edge_chunks(spec: _Spec, path):
+    """Yield the parsed _Chunks of ``path`` in order (``lines`` absolute), parsed ahead in
+    threads; ``spec.lines``: the lines read so far."""
+    pending = deque()
+    spec.lines = 0
+    top = [-1, available_bytes() if spec.num_nodes is None else None]
 
     def collect():
-        nonlocal line0
         job, chunk = pending.popleft()
+        line0 = spec.lines + 1
         try:
             part = job.result() if isinstance(job, Future) else job
         except _LineError as e:
@@ -348,8 +356,8 @@ def _parse_edgelist(
                 _too_many_nodes(spec, chunk, part.hi, line0, path)
         if part.lines is not None:
             part.lines = part.lines + line0
-        line0 += part.nlines
-        done.append(part)
+        spec.lines += part.nlines
+        return part
 
     workers = _num_workers()
     with open_binary(path) as f, ThreadPoolExecutor(workers) as pool:
@@ -357,19 +365,18 @@ def _parse_edgelist(
             for chunk in _read_chunks(f, path):
                 if spec.ncol is None:
                     while pending:
-                        collect()
-                    if not _peek(spec, chunk, line0, path):
-                        line0 += chunk.count(b"\n")
+                        yield collect()
+                    if not _peek(spec, chunk, spec.lines + 1, path):
+                        spec.lines += chunk.count(b"\n")
                         continue
                 pending.append((pool.submit(_parse_chunk, spec, chunk), chunk))
                 if len(pending) > workers:
-                    collect()
+                    yield collect()
             while pending:
-                collect()
+                yield collect()
         finally:
             for job, _ in pending:
                 job.cancel()
-    return spec, done, line0 - 1
 
 
 def _too_many_nodes(spec: _Spec, chunk: bytes, hi: int, line0: int, path):

@@ -15,7 +15,7 @@ from ..core import Graph, GraphError
 from ..dataset import Dataset
 from ._common import FLOAT32_MAX, err, find_asymmetry, require_npz, stem
 
-__all__ = ["read_npz", "write_npz"]
+__all__ = ["npz_meta", "read_npz", "write_npz"]
 
 _NODE_KEYS = ("y", "train_mask", "val_mask", "test_mask")
 _SPARSE_X = ("x_indptr", "x_indices", "x_data", "x_shape")
@@ -207,6 +207,22 @@ def _json_default(o):
     raise TypeError(f"meta value of type {type(o).__name__} is not JSON serializable")
 
 
+def npz_meta(meta, name, num_nodes, num_edges, num_classes, symmetric) -> str:
+    """The ``meta`` member's JSON: the dataset's meta with name, num_nodes, num_edges,
+    num_classes and ``directed`` (False only when the graph is marked symmetric)."""
+    meta = dict(meta)
+    meta.update(name=name, num_nodes=num_nodes, num_edges=num_edges)
+    if num_classes is not None:
+        meta["num_classes"] = int(num_classes)
+    if symmetric:
+        meta["directed"] = False
+    elif symmetric is False:
+        meta["directed"] = True
+    elif meta.get("directed") is False:
+        del meta["directed"]
+    return json.dumps(meta, default=_json_default)
+
+
 def write_npz(dataset: Dataset, path, compressed: bool = True) -> None:
     """Write a Dataset in the ``shared/data`` layout (sparse x as x_* CSR keys), deflated
     or, with ``compressed=False``, stored (ranks of the distributed partitioner then seek
@@ -235,16 +251,10 @@ def write_npz(dataset: Dataset, path, compressed: bool = True) -> None:
         a = getattr(dataset, k)
         if a is not None:
             arrays[k] = a
-    meta = dict(dataset.meta)
-    meta.update(name=dataset.name, num_nodes=g.num_nodes, num_edges=g.num_edges)
-    if dataset.num_classes is not None:
-        meta["num_classes"] = int(dataset.num_classes)
-    if g.symmetric:
-        meta["directed"] = False
-    elif g.symmetric is False:
-        meta["directed"] = True
-    elif meta.get("directed") is False:
-        del meta["directed"]
-    arrays["meta"] = np.array(json.dumps(meta, default=_json_default))
+    arrays["meta"] = np.array(
+        npz_meta(
+            dataset.meta, dataset.name, g.num_nodes, g.num_edges, dataset.num_classes, g.symmetric
+        )
+    )
     with open(path, "wb") as f:
         (np.savez_compressed if compressed else np.savez)(f, **arrays)

@@ -90,23 +90,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
     node's edge features (OGB's recipe for ogbn-proteins), "auto" does so only when there
     are no node features, "skip" ignores them. Raises GraphError naming the file.
     """
-    root = os.path.normpath(os.fspath(path))
-    raw = os.path.join(root, "raw")
-    if edge_feat not in EDGE_FEAT:
-        raise ValueError(f"edge_feat must be one of {', '.join(EDGE_FEAT)}, got {edge_feat!r}")
-    info = ogb_info(root)
-    hetero = [f for f in _HETERO_MARKERS if os.path.isfile(os.path.join(raw, f))]
-    if hetero or (info is not None and info.hetero):
-        what = info.name if info is not None and info.hetero else "this directory"
-        found = f" (raw/{hetero[0]})" if hetero else ""
-        raise GraphError(
-            f"{root}: {what} is a heterogeneous OGB graph{found}: several node and edge "
-            "types; mgg reads homogeneous graphs only (ogbn-arxiv, -products, -proteins, "
-            "-papers100M)"
-        )
-    binary = os.path.isfile(os.path.join(raw, "data.npz"))
-    if not binary and not os.path.isfile(os.path.join(raw, "edge.csv.gz")):
-        raise GraphError(f"{root}: not an OGB directory: no raw/edge.csv.gz or raw/data.npz")
+    root, raw, info, binary = _check_root(path, edge_feat)
     if binary:
         n, src, dst, x, efeat, fpath = _read_binary(raw, edge_feat)
     else:
@@ -134,17 +118,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
             efeat = _read_features(fpath, e, unit="edge")
     if undirected is None:
         undirected = info is not None and info.add_inverse_edge
-    meta = {
-        "source": "ogb",
-        "path": root,
-        "task": task,
-        "split": split_name,
-        "unlabeled_nodes": int(unlabeled.sum()) if unlabeled is not None else 0,
-    }
-    if info is not None:
-        meta.update(ogb=asdict(info), eval_metric=info.eval_metric)
-    else:
-        meta["eval_metric"] = "rocauc" if task == "multilabel" else "acc"
+    meta = _meta(root, info, task, split_name, unlabeled)
     if efeat is not None and (edge_feat == "mean" or x is None):
         x = _edge_feature_mean(efeat, src, dst, n, undirected)
         meta["features"] = f"mean of the {efeat.shape[1]} edge features of each node ({fpath})"
@@ -171,6 +145,45 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
         if str(e).startswith(f"{root}:"):  # root is the dataset's name too
             raise
         raise GraphError(f"{root}: {e}") from e
+
+
+def _check_root(path, edge_feat):
+    """(root, raw folder, its KNOWN row or None, whether it is the binary form) of an OGB
+    directory read as a homogeneous graph; GraphError naming it when it is none."""
+    root = os.path.normpath(os.fspath(path))
+    raw = os.path.join(root, "raw")
+    if edge_feat not in EDGE_FEAT:
+        raise ValueError(f"edge_feat must be one of {', '.join(EDGE_FEAT)}, got {edge_feat!r}")
+    info = ogb_info(root)
+    hetero = [f for f in _HETERO_MARKERS if os.path.isfile(os.path.join(raw, f))]
+    if hetero or (info is not None and info.hetero):
+        what = info.name if info is not None and info.hetero else "this directory"
+        found = f" (raw/{hetero[0]})" if hetero else ""
+        raise GraphError(
+            f"{root}: {what} is a heterogeneous OGB graph{found}: several node and edge "
+            "types; mgg reads homogeneous graphs only (ogbn-arxiv, -products, -proteins, "
+            "-papers100M)"
+        )
+    binary = os.path.isfile(os.path.join(raw, "data.npz"))
+    if not binary and not os.path.isfile(os.path.join(raw, "edge.csv.gz")):
+        raise GraphError(f"{root}: not an OGB directory: no raw/edge.csv.gz or raw/data.npz")
+    return root, raw, info, binary
+
+
+def _meta(root, info, task, split_name, unlabeled) -> dict:
+    """The Dataset's meta: where it came from, its task, split and evaluation metric."""
+    meta = {
+        "source": "ogb",
+        "path": root,
+        "task": task,
+        "split": split_name,
+        "unlabeled_nodes": int(unlabeled.sum()) if unlabeled is not None else 0,
+    }
+    if info is not None:
+        meta.update(ogb=asdict(info), eval_metric=info.eval_metric)
+    else:
+        meta["eval_metric"] = "rocauc" if task == "multilabel" else "acc"
+    return meta
 
 
 # ---- pieces ---------------------------------------------------------------------------------

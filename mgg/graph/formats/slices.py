@@ -221,9 +221,11 @@ def _mgg_slice(path, rank, size) -> EdgeSlice:
 
 
 class _Member:
-    """An .npy member of an npz archive, read by element ranges from its stream."""
+    """An .npy member of an npz archive, read by element ranges from its stream;
+    ``fortran``: a Fortran-ordered member is taken too (``flat`` reads it in memory
+    order)."""
 
-    def __init__(self, z: zipfile.ZipFile, path: str, key: str):
+    def __init__(self, z: zipfile.ZipFile, path: str, key: str, fortran: bool = False):
         self.path, self.key = path, key
         try:
             self.f = z.open(key + ".npy")
@@ -233,24 +235,29 @@ class _Member:
                 if version == (1, 0)
                 else np.lib.format.read_array_header_2_0
             )
-            self.shape, fortran, self.dtype = reader(self.f)
+            self.shape, self.fortran, self.dtype = reader(self.f)
         except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
             raise err(path, f"key {key!r}", f"cannot be read ({e})") from e
-        if fortran or self.dtype.hasobject:
+        if (self.fortran and not fortran and len(self.shape) > 1) or self.dtype.hasobject:
             raise err(path, f"key {key!r}", "expected a C-ordered numeric array")
         self.start = self.f.tell()
 
-    def rows(self, a: int, b: int) -> np.ndarray:
-        """Rows a..b-1 (along the first axis)."""
-        row = int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+    def flat(self, a: int, b: int) -> np.ndarray:
+        """Elements a..b-1 in the order the file holds them."""
+        size = self.dtype.itemsize
         try:
-            self.f.seek(self.start + a * row)
-            data = self.f.read((b - a) * row)
+            self.f.seek(self.start + a * size)
+            data = self.f.read((b - a) * size)
         except (OSError, zipfile.BadZipFile, EOFError) as e:
             raise err(self.path, f"key {self.key!r}", f"cannot be read ({e})") from e
-        if len(data) != (b - a) * row:
+        if len(data) != (b - a) * size:
             raise err(self.path, f"key {self.key!r}", "truncated")
-        return np.frombuffer(data, self.dtype).reshape((b - a, *self.shape[1:]))
+        return np.frombuffer(data, self.dtype)
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """Rows a..b-1 (along the first axis)."""
+        row = int(np.prod(self.shape[1:], dtype=np.int64))
+        return self.flat(a * row, b * row).reshape((b - a, *self.shape[1:]))
 
     def all(self) -> np.ndarray:
         return self.rows(0, self.shape[0] if self.shape else 1)
