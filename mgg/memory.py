@@ -193,6 +193,14 @@ OUTPUT_COPIES = 2.5
 LABELED_COPIES = 2.5
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
+# A training rank whose activations (and attention) would take RETURN_ABOVE bytes or more
+# gives freed blocks back to the kernel (mgg.process.fit_allocator) and holds fewer of
+# them at its peak: these shares of the parts above (but never less than RETURN_ABOVE),
+# measured on papers100m (bf16, scale 0.01: gcn, sage, gin, gat at P = 1 and 4; 0.05: gcn
+# at P = 1, 2, 4; plan / peak 0.84-1.18)
+RETURN_ABOVE = 256 << 20
+RETURNED_ACTIVATIONS = 0.6
+RETURNED_ATTENTION = 0.55
 # a node order (mgg.partition.order): the permuted CSR beside the graph's, and for rcm and
 # metis the symmetric structure they order (E entries, 2E for a directed graph) while they
 # compute, per entry: A + A^T and scipy's temporaries; for METIS its int64 copy and its
@@ -204,6 +212,14 @@ FEATURELESS_WIDTH = 64  # this many seeded random features
 # the GPU (--backend cuda): the CUDA context, cuBLAS's and torch's and cupy's pools at rest;
 # not calibrated on a GPU yet (docs/data.md)
 DEVICE_BASELINE = 640 * 2**20
+
+
+class Parts(dict):
+    """A rank's bytes by part (:func:`estimate`); ``returns_freed``: a training rank this
+    large gives freed blocks back to the kernel (mgg.process.fit_allocator), as its
+    activations are counted."""
+
+    returns_freed = False
 
 
 def estimate(
@@ -267,7 +283,7 @@ def estimate(
     rb, fb = row_dtype(dtype).itemsize, row_dtype(stored).itemsize  # bytes per value
     x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else fb * n * f
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
-    part = {"baseline": BASELINE}
+    part = Parts(baseline=BASELINE)
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
@@ -299,9 +315,18 @@ def estimate(
     if command == "train":
         widths = _train_parts(part, rows, entries // p, f, feature_nnz, c, rb, **model)
         act = part["activations"] + part.get("attention", 0)
+        if act >= RETURN_ABOVE:  # never below RETURN_ABOVE: more activations, more bytes
+            part.returns_freed = True
+            held = RETURNED_ACTIVATIONS * part["activations"]
+            held += RETURNED_ATTENTION * part.get("attention", 0)
+            share = max(RETURN_ABOVE, held) / act
+            for k in ("activations", "attention"):
+                if k in part:
+                    part[k] = int(share * part[k])
+            act = part["activations"] + part.get("attention", 0)
         windows = 0
-        if p > 1:  # two shm windows per width aggregated, and the peers' rows each reads
-            windows = 2 * directions * rb * sum(widths) * n
+        if p > 1:  # a shm window per width aggregated, and the peers' rows each reads
+            windows = directions * rb * sum(widths) * n
         part["windows"] = windows
         run = part["dataset"] + plan + act + windows + part["model"]
     elif command == "check":

@@ -220,3 +220,49 @@ def test_the_requested_size_is_read_from_the_launcher_options():
     assert requested_size(["-f", "hosts"]) is None
     with pytest.raises(SystemExit, match="takes a number of ranks"):
         requested_size(["-np", "four"])
+
+
+SLOW_READER = """
+import json, sys, time
+import numpy as np
+from mgg.comm import get_comm
+from mgg.distgraph import DistGraph
+from mgg.graph.specs import resolve
+
+comm = get_comm()
+g = resolve("planted:nodes=400,classes=2,degree=8").graph
+dg = DistGraph.build(g, comm, ps=4, window=sys.argv[1])
+n = dg.num_local_nodes
+des = dg._design(False, 3)  # set up; the next calls take the same width
+if comm.rank == 1:  # this rank reads its peers' rows late
+    run = des.run
+    def late(*a, **k):
+        time.sleep(0.3)
+        return run(*a, **k)
+    des.run = late
+outs = []
+for k in range(3):  # each layer's rows differ: a peer that overwrote early is seen
+    x = np.full((n, 3), 10.0 * k + 1, np.float32) + np.arange(dg.lb, dg.ub)[:, None]
+    outs.append(dg.aggregate(x, "sum").tolist())
+print(json.dumps({"lb": dg.lb, "ub": dg.ub, "outs": outs, "windows": len(dg._designs[(False, 3)])}))
+"""
+
+
+@pytest.mark.parametrize("window", ["shm", "rma"])
+def test_a_late_reader_sees_the_rows_of_its_layer(tmp_path, window):
+    """One buffer per width on CPUs: a rank writes its next layer's rows only after every
+    peer read the last layer's (rank 1 reads 0.3 s late)."""
+    job = tmp_path / "job.py"
+    job.write_text(SLOW_READER)
+    r = mpirun(2, "python", job, window, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    g = resolve("planted:nodes=400,classes=2,degree=8").graph
+    ranks = [
+        __import__("json").loads(line) for line in r.stdout.splitlines() if line.startswith("{")
+    ]
+    assert len(ranks) == 2 and all(rk["windows"] == 1 for rk in ranks)
+    for k in range(3):
+        x = np.full((g.num_nodes, 3), 10.0 * k + 1) + np.arange(g.num_nodes)[:, None]
+        want = oracle(g, x, "sum")
+        for rk in ranks:
+            np.testing.assert_allclose(rk["outs"][k], want[rk["lb"] : rk["ub"]], rtol=1e-6)

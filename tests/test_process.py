@@ -96,3 +96,34 @@ def test_ranks_on_a_node_as_each_launcher_reports_them():
         cwd=ROOT,
     )
     assert r.returncode == 0 and r.stdout.strip() != "_OnImport", r.stderr[-2000:]
+
+
+FREED = """
+import json, sys
+import numpy as np
+import mgg
+from mgg.process import fit_allocator
+
+def rss_after_a_freed_array():
+    a = np.ones(200 << 17)  # 200 MiB, touched
+    del a
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) >> 10 for l in f if l.startswith("VmRSS"))
+
+out = {"small_job": fit_allocator(False), "kept": rss_after_a_freed_array()}
+out["large_job"] = fit_allocator(True)
+out["returned"] = rss_after_a_freed_array()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's allocator")
+def test_a_large_jobs_rank_gives_freed_memory_back_and_a_small_ones_keeps_it():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    r = subprocess.run(
+        [sys.executable, "-c", FREED], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.splitlines()[-1])
+    assert got["small_job"] is False and got["large_job"] is True
+    assert got["kept"] - got["returned"] > 150, got  # MB: the 200 MiB array stayed, then went back

@@ -104,6 +104,7 @@ def main(args) -> int:
     from ..graph.specs import dataset_source
     from ..memory import available, checked_estimate, format_bytes, pss_mb
     from ..partition.shards import ShardedDataset
+    from ..process import fit_allocator
     from ..torch import MODELS, build_model
     from ..train import Trainer, build_optimizer, metric, prepare
 
@@ -130,6 +131,7 @@ def main(args) -> int:
         bounds = ds.manifest["bounds"]
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
+    fit_allocator(planned.returns_freed)
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,

@@ -104,10 +104,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
             root,
             "check the counts in raw/num-node-list.csv.gz and raw/num-edge-list.csv.gz",
         )
-    y, num_classes, unlabeled, task = _read_labels(raw, n, info)
-    masks, split_name = _read_split(root, n, info, split)
-    if masks is not None and unlabeled is not None:
-        masks = [m & ~unlabeled for m in masks]
+    y, num_classes, unlabeled, task, masks, split_name = _node_data(root, raw, n, info, split)
     if not binary:
         src, dst = _read_edges(os.path.join(raw, "edge.csv.gz"), n, e)
         fpath = os.path.join(raw, "node-feat.csv.gz")
@@ -168,6 +165,16 @@ def _check_root(path, edge_feat):
     if not binary and not os.path.isfile(os.path.join(raw, "edge.csv.gz")):
         raise GraphError(f"{root}: not an OGB directory: no raw/edge.csv.gz or raw/data.npz")
     return root, raw, info, binary
+
+
+def _node_data(root, raw, n, info, split):
+    """(y, num_classes, unlabeled, task, masks, split's name): the labels and the split,
+    unlabeled nodes left out of every mask."""
+    y, num_classes, unlabeled, task = _read_labels(raw, n, info)
+    masks, split_name = _read_split(root, n, info, split)
+    if masks is not None and unlabeled is not None:
+        masks = [m & ~unlabeled for m in masks]
+    return y, num_classes, unlabeled, task, masks, split_name
 
 
 def _meta(root, info, task, split_name, unlabeled) -> dict:

@@ -31,7 +31,7 @@ from ._csv import csv_row_blocks
 from .edgelist import _CHUNK_BYTES, _edge_chunks, _num_workers, _Spec
 from .mgg_bin import _mgg_paths
 from .npz import npz_meta
-from .ogb import _check_root, _load_npz, _meta, _npz_get, _read_count, _read_labels, _read_split
+from .ogb import _check_root, _load_npz, _meta, _node_data, _npz_get, _read_count
 from .slices import _Member
 
 __all__ = ["CHUNK", "convert_ogb"]
@@ -85,10 +85,7 @@ def convert_ogb(
         root,
         "convert on a machine with more memory: the O(N) part cannot shrink",
     )
-    y, num_classes, unlabeled, task = _read_labels(raw, n, info)
-    masks, split_name = _read_split(root, n, info, split)
-    if masks is not None and unlabeled is not None:
-        masks = [m & ~unlabeled for m in masks]
+    y, num_classes, unlabeled, task, masks, split_name = _node_data(root, raw, n, info, split)
 
     counts = np.zeros(n, np.int64)
     esum = np.zeros((n, fe), np.float64) if efeats is not None else None
