@@ -155,27 +155,31 @@ def read_csv_rows(path, nrows: int, *, dtype=np.float32, allow_empty=False, unit
     """
     path = os.fspath(path)
     out = None
-    row = 0
-    for block in csv_row_blocks(path, nrows, dtype=dtype, allow_empty=allow_empty, unit=unit):
-        if out is None:
-            cols = block.shape[1]
-            require(
-                nrows * cols * np.dtype(dtype).itemsize,
-                f"line 1: {cols:,} columns, so {nrows:,} rows of {np.dtype(dtype)}",
-                path,
-                f"check the row count ({unit}s) and the first line",
-            )
-            out = np.empty((nrows, cols), dtype)
-        out[row : row + len(block)] = block
-        row += len(block)
+
+    def allocate(cols: int):
+        nonlocal out
+        require(
+            nrows * cols * np.dtype(dtype).itemsize,
+            f"line 1: {cols:,} columns, so {nrows:,} rows of {np.dtype(dtype)}",
+            path,
+            f"check the row count ({unit}s) and the first line",
+        )
+        out = np.empty((nrows, cols), dtype)
+        return out
+
+    for _ in csv_row_blocks(
+        path, nrows, dtype=dtype, allow_empty=allow_empty, unit=unit, into=allocate
+    ):
+        pass
     return np.empty((0, 0), dtype) if out is None else out
 
 
 def csv_row_blocks(
-    path, nrows: int, *, dtype=np.float32, allow_empty=False, unit="node", first_only=False
+    path, nrows: int, *, dtype=np.float32, allow_empty=False, unit="node", into=None
 ):
     """The rows of :func:`read_csv_rows`, block by block in order (``dtype`` [k, C] each,
-    parsed ahead in threads), with its checks; ``first_only``: the first block only."""
+    parsed ahead in threads), with its checks. ``into(C)``: an array [nrows, C] to parse
+    into, allocated when the first line gives C (the blocks are then views of it)."""
     path = os.fspath(path)
     cols = None
     line0 = 1
@@ -203,6 +207,7 @@ def csv_row_blocks(
                 lines = block.count(b"\n")
                 if cols is None:
                     cols = block[: block.find(b"\n")].count(b",") + 1
+                    whole = into(cols) if into is not None else None
                 if line0 - 1 + lines > nrows:
                     while pending:
                         collect()
@@ -211,14 +216,14 @@ def csv_row_blocks(
                         f"line {nrows + 1}",
                         f"more than {nrows} lines: expected one row per {unit} ({nrows} {unit}s)",
                     )
-                out = np.empty((lines, cols), dtype)
+                if whole is None:
+                    out = np.empty((lines, cols), dtype)
+                else:
+                    out = whole[line0 - 1 : line0 - 1 + lines]
                 buf = np.frombuffer(block, np.uint8)
                 job = pool.submit(_parse_block, buf, out, 0, allow_empty, _POW10, _INITY)
                 pending.append((job, block, line0, out))
                 line0 += lines
-                if first_only:
-                    yield collect()
-                    return
                 if len(pending) > workers:
                     yield collect()
             while pending:

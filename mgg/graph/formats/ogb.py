@@ -238,12 +238,36 @@ def _read_edges(path, n, e):
 
 
 def _read_features(path, rows, unit="node"):
-    x = read_csv_rows(path, rows, unit=unit)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise err(path, f"line {r + 1}", f"column {c + 1} is {x[r, c]}: features must be finite")
-    return x
+    return check_finite(read_csv_rows(path, rows, unit=unit), path)
+
+
+def check_finite(a, path, row0: int = 0, key: str | None = None):
+    """``a`` [k, F] (rows row0.. of a CSV file, or of npz member ``key``), else GraphError
+    at its first value that is not finite."""
+    bad = ~np.isfinite(a)
+    if not bad.any():
+        return a
+    r, c = (int(i) for i in np.argwhere(bad)[0])
+    if key is None:
+        raise err(
+            path, f"line {row0 + r + 1}", f"column {c + 1} is {a[r, c]}: features must be finite"
+        )
+    raise err(path, f"key {key!r}", f"{key}[{row0 + r}, {c}] is {a[r, c]}: values must be finite")
+
+
+def _npz_counts(path, z) -> tuple[int, int]:
+    """(nodes, edges) of data.npz's num_nodes_list and num_edges_list: one graph each."""
+    counts = []
+    for k in ("num_nodes_list", "num_edges_list"):
+        if k not in z.files:
+            raise err(path, f"key {k!r}", f"missing (keys present: {sorted(z.files)})")
+        a = _npz_get(path, z, k)
+        if a.size != 1 or a.dtype.kind not in "iu" or a.min() < 0:
+            raise err(
+                path, f"key {k!r}", f"expected one count (one graph), got {a.dtype} {a.shape}"
+            )
+        counts.append(int(a.ravel()[0]))
+    return counts[0], counts[1]
 
 
 def _read_binary(raw, edge_feat):
@@ -261,15 +285,7 @@ def _read_binary(raw, edge_feat):
         for k in ("edge_index", "num_nodes_list", "num_edges_list"):
             if k not in keys:
                 raise err(path, f"key {k!r}", f"missing (keys present: {sorted(keys)})")
-        counts = {}
-        for k in ("num_nodes_list", "num_edges_list"):
-            a = _npz_get(path, z, k)
-            if a.size != 1 or a.dtype.kind not in "iu" or a.min() < 0:
-                raise err(
-                    path, f"key {k!r}", f"expected one count (one graph), got {a.dtype} {a.shape}"
-                )
-            counts[k] = int(a.ravel()[0])
-        n, e = counts["num_nodes_list"], counts["num_edges_list"]
+        n, e = _npz_counts(path, z)
         ei = _npz_get(path, z, "edge_index")
         if ei.ndim != 2 or ei.shape[0] != 2 or (ei.size and ei.dtype.kind not in "iu"):
             raise err(
@@ -316,12 +332,7 @@ def _npz_rows(path, z, key, rows):
         a = a[:, None]
     if a.ndim != 2 or a.shape[0] != rows or a.dtype.kind not in "fiub":
         raise err(path, f"key {key!r}", f"expected numbers [{rows}, F], got {a.dtype} {a.shape}")
-    a = a.astype(np.float32, copy=False)
-    bad = ~np.isfinite(a)
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise err(path, f"key {key!r}", f"{key}[{r}, {c}] is {a[r, c]}: values must be finite")
-    return a
+    return check_finite(a.astype(np.float32, copy=False), path, key=key)
 
 
 def _read_labels(raw, n, info):

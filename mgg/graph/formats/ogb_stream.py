@@ -26,12 +26,12 @@ from ...memory import available_bytes, require
 from ...progress import progress
 from ..core import _counting_sort, _dedup_sorted, _sort_rows, index_dtype
 from ..dataset import MASKS
-from ._common import err
+from ._common import err, open_binary
 from ._csv import csv_row_blocks
 from .edgelist import _CHUNK_BYTES, _edge_chunks, _num_workers, _Spec
 from .mgg_bin import _mgg_paths
 from .npz import npz_meta
-from .ogb import _check_root, _load_npz, _meta, _node_data, _npz_get, _read_count
+from .ogb import _check_root, _load_npz, _meta, _node_data, _npz_counts, _read_count, check_finite
 from .slices import _Member
 
 __all__ = ["CHUNK", "convert_ogb"]
@@ -159,19 +159,7 @@ class _Edges:
         if binary:
             self.path = os.path.join(raw, "data.npz")
             with _load_npz(self.path) as z:
-                counts = {}
-                for k in ("num_nodes_list", "num_edges_list"):
-                    if k not in z.files:
-                        raise err(self.path, f"key {k!r}", f"missing (keys: {sorted(z.files)})")
-                    a = _npz_get(self.path, z, k)
-                    if a.size != 1 or a.dtype.kind not in "iu" or a.min() < 0:
-                        raise err(
-                            self.path,
-                            f"key {k!r}",
-                            f"expected one count (one graph), got {a.dtype} {a.shape}",
-                        )
-                    counts[k] = int(a.ravel()[0])
-            self.n, self.e = counts["num_nodes_list"], counts["num_edges_list"]
+                self.n, self.e = _npz_counts(self.path, z)
         else:
             self.path = os.path.join(raw, "edge.csv.gz")
             self.n = _read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
@@ -217,6 +205,7 @@ class _Edges:
                     path, "key 'edge_index'", f"{rows.shape[1]} edges, but num_edges_list says {e}"
                 )
             cols = None if rows.fortran else _Member(z, path, "edge_index")
+            dt = index_dtype(n)
             for i in range(0, e, _BLOCK):
                 j = min(e, i + _BLOCK)
                 if rows.fortran:  # pairs side by side
@@ -233,7 +222,6 @@ class _Edges:
                         "key 'edge_index'",
                         f"edge_index[{r}, {i + k}] = {v} is outside [0, {n}) (num_nodes_list)",
                     )
-                dt = index_dtype(n)
                 yield src.astype(dt), dst.astype(dt)
 
 
@@ -246,34 +234,17 @@ class _Rows:
 
     def blocks(self):
         if self.key is None:
-            line = 1
+            row = 0
             for block in csv_row_blocks(self.path, self.rows, unit=self.unit):
-                bad = ~np.isfinite(block)
-                if bad.any():
-                    r, c = (int(i) for i in np.argwhere(bad)[0])
-                    raise err(
-                        self.path,
-                        f"line {line + r}",
-                        f"column {c + 1} is {block[r, c]}: features must be finite",
-                    )
-                line += len(block)
-                yield block
+                yield check_finite(block, self.path, row)
+                row += len(block)
             return
         with zipfile.ZipFile(self.path) as z:
             m = _Member(z, self.path, self.key)
             step = max(1, _BLOCK // max(1, self.cols))
             for i in range(0, self.rows, step):
                 block = m.rows(i, min(self.rows, i + step)).reshape(-1, self.cols)
-                block = block.astype(np.float32)
-                bad = ~np.isfinite(block)
-                if bad.any():
-                    r, c = (int(k) for k in np.argwhere(bad)[0])
-                    raise err(
-                        self.path,
-                        f"key {self.key!r}",
-                        f"{self.key}[{i + r}, {c}] is {block[r, c]}: values must be finite",
-                    )
-                yield block
+                yield check_finite(block.astype(np.float32), self.path, i, self.key)
 
 
 def _features(raw, binary, unit, rows) -> _Rows | None:
@@ -293,8 +264,9 @@ def _features(raw, binary, unit, rows) -> _Rows | None:
     path = os.path.join(raw, f"{unit}-feat.csv.gz")
     if not os.path.isfile(path):
         return None
-    first = next(csv_row_blocks(path, rows, unit=unit, first_only=True), None)
-    return _Rows(path, None, rows, 0 if first is None else first.shape[1], unit)
+    with open_binary(path) as f:
+        first = f.readline()
+    return _Rows(path, None, rows, first.count(b",") + 1 if first.strip() else 0, unit)
 
 
 def _aligned(edges, rows):
