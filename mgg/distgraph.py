@@ -22,7 +22,7 @@ from . import precision
 from .backend import Backend, assign, get_backend
 from .designs.halo import EdgeTranspose, HaloExchange
 from .errors import InputError
-from .graph.core import Graph
+from .graph.core import Graph, job_graph
 from .hashing import key64
 from .kernels import aggregate
 from .knobs import SPECS, TUNABLE, Knobs
@@ -40,6 +40,9 @@ class DistGraph:
             this backend and design take; a ps other than the plan's re-cuts it
     dtype   the rows' dtype: the knob's (float32 or bfloat16); the cpu backend also
             aggregates float64 (np.float64: for gradcheck)
+    kind    the graph's kind (mgg.graph.core.GRAPH_KINDS), what layers check; ``source``
+            the graph it was made from (job_graph's input), kept to ``derive`` other
+            kinds over the same node ranges
     """
 
     def __init__(
@@ -51,6 +54,8 @@ class DistGraph:
         backend: str | Backend = "cpu",
         dtype=None,
         knobs: Knobs | None = None,
+        kind: str = "as_is",
+        source: Graph | None = None,
         **given,
     ):
         size = 1 if comm is None else comm.size
@@ -75,6 +80,9 @@ class DistGraph:
         self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
         self._halo = self._edge_transpose = None
         self.cache: dict = {}  # what layers derive from the plan once (index tensors)
+        self.kind, self.source = kind, source
+        self._derived: dict[str, DistGraph] = {}
+        self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
 
     @classmethod
@@ -87,7 +95,43 @@ class DistGraph:
         given = {k: kw.pop(k) for k in list(kw) if k in SPECS and k != "dtype"}
         knobs = Knobs.parse(given, base=knobs)
         plan = build_plan(graph, size, knobs.ps, rank=rank, split=knobs.split)
-        return cls(plan, comm, design=design, knobs=knobs, **kw)
+        kw.setdefault("source", graph if graph.kind == "as_is" else None)
+        return cls(plan, comm, design=design, knobs=knobs, kind=graph.kind, **kw)
+
+    def derive(self, kind: str, needs: str) -> DistGraph:
+        """Collective on first use: this graph as ``kind`` (job_graph of its source) over
+        the same node ranges, so rows stay where they are; its dropout keys are this
+        graph's. ``needs``: who asks, for the error when there is no source to derive
+        from (a sharded dataset keeps only its own kind)."""
+        if kind == self.kind:
+            return self
+        if kind not in self._derived:
+            if self.source is None:
+                raise InputError(
+                    f"{needs} needs the graph {kind!r}, but this job's graph is "
+                    f"{self.kind!r} and its source was not kept: prepare the job for the "
+                    f"layer (prepare(..., model={kind!r}), or partition with --model "
+                    f"{kind})"
+                )
+            plan = build_plan(
+                job_graph(self.source, kind),
+                self.size,
+                self.plan.ps,
+                rank=self.rank,
+                bounds=self.plan.bounds,
+            )
+            g = DistGraph(
+                plan,
+                self.comm,
+                design=self.design,
+                backend=self.backend,
+                dtype=self.dtype if self.dtype == np.float64 else None,
+                knobs=self.knobs,
+                kind=kind,
+            )
+            g.keys = self.keys
+            self._derived[kind] = g
+        return self._derived[kind]
 
     @property
     def num_local_nodes(self) -> int:
@@ -150,12 +194,14 @@ class DistGraph:
     # ---- rank-invariant dropout keys ----------------------------------------------------
     def begin_step(self, step: int) -> None:
         """Key this step's dropout masks: the k-th dropout call of step s draws stream k."""
-        self.step, self.dropout_stream = int(step), 0
+        k = self.keys
+        k.step, k.dropout_stream = int(step), 0
 
     def next_dropout_key(self) -> np.uint64:
         """The key of the next dropout mask of this step (same sequence on every rank)."""
-        key = key64(self.seed, self.step, self.dropout_stream)
-        self.dropout_stream += 1
+        k = self.keys
+        key = key64(k.seed, k.step, k.dropout_stream)
+        k.dropout_stream += 1
         return key
 
     @property
@@ -254,8 +300,11 @@ class DistGraph:
         return (self.plan.transposed if transpose else self.plan).num_halo
 
     def free(self) -> None:
-        """Collective: release every design's symmetric buffer."""
+        """Collective: release every design's symmetric buffer (and the derived graphs')."""
         for pair in self._designs.values():
             for des in pair:
                 des.free()
         self._designs.clear()
+        for g in self._derived.values():
+            g.free()
+        self._derived.clear()

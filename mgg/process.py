@@ -88,6 +88,7 @@ def fit_allocator(returns_freed: bool) -> bool:
 
 
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 
 
 def launcher_int(env, names, default: int) -> int:
@@ -97,6 +98,11 @@ def launcher_int(env, names, default: int) -> int:
         if env.get(var, "").strip():
             return int(env[var].split("(")[0].split(",")[0])
     return default
+
+
+def job_size(env=None) -> int:
+    """The ranks of the job this process was launched in (1 outside a launcher)."""
+    return max(1, launcher_int(os.environ if env is None else env, SIZE_VARS, 1))
 
 
 def local_size(env=None) -> int:

@@ -13,7 +13,7 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint, optim, precision
+from . import checkpoint, optim, precision, process
 from .arrays import to_host
 from .backend import Backend, get_backend
 from .distgraph import DistGraph
@@ -72,6 +72,7 @@ def prepare(
     backend: str | Backend = "cpu",
     source: dict | None = None,
     order_file=None,
+    keep_source: bool = False,
     **given,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
@@ -94,8 +95,15 @@ def prepare(
     sizes, graph kind and the flags that changed the data (row_normalize; seed where it
     made the split or the features). It identifies a file by its size and head and tail,
     so it is the same at any rank count and for a sharded dataset as for the file it was
-    partitioned from.
+    partitioned from. ``keep_source``: keep the graph before ``model``'s loops and
+    weights, so that layers wanting another kind derive it (DistGraph.derive; a sharded
+    dataset has only its own).
     """
+    if comm is None and process.job_size() > 1:
+        raise InputError(
+            f"prepare: this process is one of {process.job_size()} ranks but no comm was "
+            "given, so it would train on the whole graph alone: pass comm=get_comm()"
+        )
     kind = graph_kind(model)
     be = get_backend(backend)
     knobs = Knobs.parse(given, takes=be.takes(design), job=be.job(design), base=knobs)
@@ -106,7 +114,7 @@ def prepare(
             raise ValueError(f"{dataset.path}: no labels: node classification needs them")
         shard = dataset.open(rank, size)
         knobs = replace(knobs, order=dataset.order)  # the order its plans were built in
-        dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs)
+        dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs, kind=kind)
         rows, n = shard.rows, dataset.num_nodes
         source = dataset.manifest.get("source") if source is None else source
         seeded = False  # its split was made when it was partitioned
@@ -119,8 +127,15 @@ def prepare(
         ordered = node_order.for_job(
             dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
         )
-        g = job_graph(ordered.apply(dataset.graph), kind)
-        dg = DistGraph.build(g, comm, knobs=knobs, design=design, backend=be)
+        raw = ordered.apply(dataset.graph)
+        dg = DistGraph.build(
+            job_graph(raw, kind),
+            comm,
+            knobs=knobs,
+            design=design,
+            backend=be,
+            source=raw if keep_source else None,
+        )
         rows = dataset.rows(dg.lb, dg.ub, seed, ordered.ids(dg.lb, dg.ub))
         n = dataset.graph.num_nodes
         seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split

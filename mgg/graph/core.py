@@ -29,12 +29,22 @@ class Graph:
     weights float32 [E]     optional edge weights
     symmetric               True when the graph is known to equal its transpose
                             (weights included); None when unknown
+    kind                    what job_graph made of it (GRAPH_KINDS): 'as_is' unless
+                            its loops or weights were set for a model
     """
 
-    __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric")
+    __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric", "kind")
 
     def __init__(
-        self, indptr, indices, weights=None, num_nodes=None, *, symmetric=None, check=True
+        self,
+        indptr,
+        indices,
+        weights=None,
+        num_nodes=None,
+        *,
+        symmetric=None,
+        check=True,
+        kind="as_is",
     ):
         indptr = np.asarray(indptr)
         indices = np.asarray(indices)
@@ -60,6 +70,7 @@ class Graph:
                 raise GraphError(f"weights[{bad}] is {weights[bad]}: edge weights must be finite")
         self.weights = weights
         self.symmetric = symmetric
+        self.kind = kind
 
     # ---- basic facts -------------------------------------------------------------------
     @property
@@ -270,7 +281,15 @@ class Graph:
         deg = np.bincount(dst, weights=w, minlength=g.num_nodes)
         dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
         norm = (dinv[src] * w * dinv[dst]).astype(np.float32)
-        return Graph(g.indptr, g.indices, norm, g.num_nodes, symmetric=self.symmetric, check=False)
+        return Graph(
+            g.indptr,
+            g.indices,
+            norm,
+            g.num_nodes,
+            symmetric=self.symmetric,
+            check=False,
+            kind="gcn_norm",
+        )
 
     def _filter(self, keep: np.ndarray, weights=None) -> Graph:
         """Keep the edges where ``keep`` [E] is True (weights from ``weights`` if given)."""
@@ -316,11 +335,13 @@ def job_graph(graph: Graph, kind: str) -> Graph:
         raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
     if kind == "gcn_norm":
         return graph.gcn_norm()
+    if kind == "as_is":
+        return graph
+    out = graph.remove_self_loops()
     if kind == "self_loops":
-        return graph.remove_self_loops().add_self_loops()
-    if kind == "no_self_loops":
-        return graph.remove_self_loops()
-    return graph
+        out = out.add_self_loops()
+    out.kind = kind
+    return out
 
 
 # ---- validation -------------------------------------------------------------------------

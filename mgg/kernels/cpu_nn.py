@@ -151,12 +151,13 @@ def _gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope, dscor
 
 @numba.njit(cache=True, parallel=True)
 def _segment_sum(ptr, perm, values, out):
-    for s in numba.prange(out.shape[0]):
+    for s in numba.prange(out.shape[0]):  # a row at a time: wide rows stream, H small too
         for h in range(out.shape[1]):
-            acc = 0.0
-            for k in range(ptr[s], ptr[s + 1]):
-                acc += values[perm[k], h]
-            out[s, h] = acc
+            out[s, h] = 0
+        for k in range(ptr[s], ptr[s + 1]):
+            e = perm[k]
+            for h in range(out.shape[1]):
+                out[s, h] += values[e, h]
 
 
 @numba.njit(cache=True, inline="always")

@@ -274,19 +274,22 @@ def build_plan(
     split: str = DEFAULTS.split,
     transposed: bool = True,
     progress_bar=None,
+    bounds=None,
 ):
     """Partition ``graph`` for ``num_ranks`` ranks.
 
     Returns a list of P PartitionPlans, or the one plan of ``rank`` when given (what an
     SPMD rank builds: only its own share, O(E) reads and O(E/P) writes). ``split``: how
-    nodes are cut into ranks (node_split).
+    nodes are cut into ranks (node_split), unless ``bounds`` [P+1] gives the node ranges
+    (another graph's over the same nodes: mgg.distgraph.DistGraph.derive).
     ``transposed`` also builds the plans of the transposed graph (for backward passes);
     a graph flagged symmetric reuses the forward plan.
     """
     if not isinstance(graph, Graph):
         raise TypeError(f"build_plan needs a Graph, got {type(graph).__name__}")
     ps = check_value("ps", ps)
-    bounds = node_split(graph.indptr, num_ranks, split)
+    if bounds is None:
+        bounds = node_split(graph.indptr, num_ranks, split)
     p = bounds.size - 1
     if rank is not None and not 0 <= rank < p:
         raise ValueError(f"rank {rank} is outside [0, {p})")

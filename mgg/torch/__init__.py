@@ -1,21 +1,31 @@
 """mgg's PyTorch front-end: bring your model.
 
 Differentiable ops over the distributed graph (``aggregate``, ``halo``, ``all_reduce``,
-GAT's ``attention``, rank-invariant ``dropout`` and ``edge_dropout``), layers with PyG's signatures
-(GCNConv, SAGEConv, GINConv, GATConv, and BatchNorm/MLP whose statistics span every
-rank), ``sync_gradients`` for any torch.optim optimizer, and the registered models.
+GAT's ``attention``, rank-invariant ``dropout`` and ``edge_dropout``), PyG's
+``MessagePassing`` and layers with PyG's signatures (GCNConv, SAGEConv, GINConv,
+GATConv on mgg's kernels; GATv2Conv, GCN2Conv, APPNP, GINEConv, EdgeConv on
+MessagePassing; BatchNorm/MLP whose statistics span every rank), ``Rows`` (a rank's
+rows that reduce over every rank: global losses and metrics, gradients averaged at the
+end of each backward) and ``DistributedModel``, ``sync_gradients`` for any torch.optim
+optimizer, and the registered models.
 """
 
 from .layers import (
+    APPNP,
     MLP,
     BatchNorm,
+    EdgeConv,
     GATConv,
+    GATv2Conv,
+    GCN2Conv,
     GCNConv,
     GINConv,
+    GINEConv,
     SAGEConv,
     edge_softmax,
     pyg_widths,
 )
+from .message import MessagePassing, scatter, softmax
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .ops import (
     SparseRows,
@@ -28,11 +38,13 @@ from .ops import (
     check_rows,
     dropout,
     edge_dropout,
+    edge_ids,
     edge_index,
     halo,
     linear,
     sync_gradients,
 )
+from .rows import DistributedModel, Rows
 
 __all__ = [
     "aggregate",
@@ -53,6 +65,17 @@ __all__ = [
     "SAGEConv",
     "GINConv",
     "GATConv",
+    "GATv2Conv",
+    "GCN2Conv",
+    "APPNP",
+    "GINEConv",
+    "EdgeConv",
+    "MessagePassing",
+    "scatter",
+    "softmax",
+    "Rows",
+    "DistributedModel",
+    "edge_ids",
     "BatchNorm",
     "MLP",
     "edge_softmax",

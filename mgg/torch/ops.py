@@ -71,14 +71,57 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
 class SparseRows:
     """This rank's rows of sparse input features: a CSR matrix [n, F] (scipy on the CPU,
     cupyx on the GPU). Input features need no gradient, so they stay a matrix, multiplied
-    by ``linear`` without ever being densified."""
+    by ``linear`` without ever being densified. With its job's DistGraph ``g`` it takes
+    ``F.dropout`` and ``F.linear`` (``nn.Linear``) as a tensor does, giving Rows."""
 
-    def __init__(self, m):
-        self.m = m
+    def __init__(self, m, g=None):
+        self.m, self.g = m, g
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        import torch.nn.functional as F
+
+        from .rows import Rows
+
+        x, kwargs = args[0], kwargs or {}
+        if func is F.linear and x.g is not None:
+            return Rows.of(linear(*args, **kwargs), x.g)
+        if func is F.dropout and x.g is not None:
+            return dropout(x, x.g, *args[1:], **{k: v for k, v in kwargs.items() if k != "inplace"})
+        raise TypeError(
+            f"{getattr(func, '__name__', func)} on sparse input features (SparseRows): mgg "
+            "multiplies them (F.linear, nn.Linear, mgg layers) and drops them out "
+            "(F.dropout); x.to_dense() gives a tensor"
+        )
 
     @property
     def shape(self):
         return self.m.shape
+
+    def size(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return 2
+
+    ndim = property(dim)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch_dtype(self.m.dtype)
+
+    def to(self, *args, **kwargs) -> SparseRows:
+        """Itself: the rows already live on the job's device."""
+        return self
+
+    def to_dense(self) -> torch.Tensor:
+        """[n, F] dense rows (Rows when the job's graph is known)."""
+        t = as_tensor(self.m.toarray())
+        if self.g is None:
+            return t
+        from .rows import Rows
+
+        return Rows.of(t, self.g)
 
     @property
     def device(self) -> torch.device:
@@ -357,7 +400,7 @@ class _Recompute(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, fn, module, g, *params):
-        ctx.fn, ctx.module, ctx.g, ctx.stream = fn, module, g, g.dropout_stream
+        ctx.fn, ctx.module, ctx.g, ctx.stream = fn, module, g, g.keys.dropout_stream
         if isinstance(x, torch.Tensor):
             ctx.save_for_backward(x)
         else:
@@ -372,12 +415,13 @@ class _Recompute(torch.autograd.Function):
         if isinstance(x, torch.Tensor):
             x = x.detach().requires_grad_(wants)
         buffers = [b.clone() for b in ctx.module.buffers()]
-        stream, ctx.g.dropout_stream = ctx.g.dropout_stream, ctx.stream
+        keys = ctx.g.keys
+        stream, keys.dropout_stream = keys.dropout_stream, ctx.stream
         try:
             with torch.enable_grad():
                 y = ctx.fn(x)
         finally:
-            ctx.g.dropout_stream = stream
+            keys.dropout_stream = stream
             with torch.no_grad():
                 for b, saved in zip(ctx.module.buffers(), buffers, strict=True):
                     b.copy_(saved)
@@ -436,7 +480,7 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
     key, threshold, scale = _mask_args(p, g, accumulator(dtype))
     if isinstance(x, SparseRows):
-        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale))
+        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale), x.g)
     return _Dropout.apply(x, g, key, threshold, scale)
 
 

@@ -1,0 +1,15 @@
+"""PyG's import paths over mgg: a PyG script runs on P ranks with ``torch_geometric``
+changed to ``mgg.pyg`` in its imports (and its data path), launched by ``mggrun``.
+
+``mgg.pyg.datasets.Planetoid`` (and ``load`` for any dataset mgg reads) give this rank's
+share of the graph: ``data.x``, ``data.y`` and the masks are this rank's rows as
+``mgg.torch.Rows`` (losses, metrics and ``sum`` over them count every rank), and
+``data.edge_index`` (or ``data.adj_t``) is the job's DistGraph, which mgg's layers take
+where PyG's take edge_index. ``mgg.pyg.nn`` has the layers and MessagePassing,
+``mgg.pyg.transforms`` the transforms that shape what is loaded. docs/pyg.md has the
+migration side by side.
+"""
+
+from .data import Data, load
+
+__all__ = ["Data", "load"]

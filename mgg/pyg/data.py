@@ -1,0 +1,120 @@
+"""Data: this rank's share of a dataset in PyG's shape, and ``load``, which makes it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .. import process
+from ..graph.dataset import Dataset
+from ..graph.specs import resolve
+from ..partition.shards import ShardedDataset, is_sharded
+from ..torch import Rows, SparseRows
+from ..train import prepare
+from .transforms import BaseTransform
+
+
+class Data:
+    """PyG's Data for one rank: ``x`` [n, F] (Rows, or SparseRows for bag-of-words
+    features), ``y`` [n] and the masks [n] (Rows), ``edge_index`` and/or ``adj_t`` (the
+    job's DistGraph g), ``edge_attr`` None; ``num_nodes`` counts every rank's nodes,
+    ``node_ids`` [n] (numpy) the original id of each row."""
+
+    def __init__(self, **attrs):
+        self.__dict__.update(attrs)
+
+    def keys(self) -> list[str]:
+        return [k for k in self.__dict__ if not k.startswith("_")]
+
+    def __call__(self, *keys):
+        """(key, value) of ``keys`` (default: all), as PyG's ``data(...)``."""
+        for k in keys or self.keys():
+            yield k, getattr(self, k)
+
+    def __getitem__(self, key: str):
+        return getattr(self, key)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.__dict__
+
+    def to(self, *args, **kwargs) -> Data:
+        """Itself: the rows already live on the job's device."""
+        return self
+
+    def __repr__(self) -> str:
+        g = self.g
+        return f"Data(rank {g.rank} of {g.size}: {self.num_nodes} nodes, x {tuple(self.x.shape)})"
+
+
+def load(
+    source,
+    comm=None,
+    *,
+    transform: BaseTransform | None = None,
+    kind: str = "as_is",
+    row_normalize: bool = False,
+    seed: int = 0,
+    **knobs,
+) -> Data:
+    """This rank's Data of ``source`` (a file, spec or sharded-dataset folder mgg reads, or
+    a Dataset). ``comm``: the job's (default: mgg.comm.get_comm() when launched on several
+    ranks). ``transform`` (mgg.pyg.transforms) or ``kind`` (the graph's: 'as_is',
+    'gcn_norm', 'self_loops', 'no_self_loops') and ``row_normalize`` shape what is
+    prepared; knob keywords (``ps=``, ``split=``, ``order=``, ``dtype=``, ...) configure
+    the job (mgg.train.prepare). Layers that need another kind of graph derive it from
+    the one kept here. In a job of several ranks, rank 0 alone prints (the others'
+    stdout goes to /dev/null; MGG_PRINT_ALL=1 keeps it): the script's metrics are the
+    whole graph's on every rank."""
+    opts = {"kind": kind, "row_normalize": row_normalize, "adj_t": False}
+    if transform is not None:
+        if not isinstance(transform, BaseTransform):
+            raise TypeError(f"transform: {transform!r} is not one of mgg.pyg.transforms")
+        opts = transform.options(opts)
+    if comm is None and process.job_size() > 1:
+        from ..comm import get_comm
+
+        comm = get_comm()
+    if comm is not None and comm.rank > 0 and os.environ.get("MGG_PRINT_ALL") != "1":
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - rank 0 alone prints
+    if isinstance(source, Dataset | ShardedDataset):
+        dataset = source
+    elif is_sharded(str(source)):
+        dataset = ShardedDataset(str(source))
+    else:
+        dataset = resolve(str(source) if isinstance(source, Path) else source)
+    g, local = prepare(
+        dataset,
+        comm,
+        opts["kind"],
+        row_normalize=opts["row_normalize"],
+        seed=seed,
+        keep_source=True,
+        **knobs,
+    )
+    x = local.x
+    if isinstance(x, SparseRows):
+        x.g = g
+    else:
+        x = Rows.of(x, g)
+    graph = {"adj_t": g} if opts["adj_t"] else {}
+    if not opts.get("remove_edge_index") or not opts["adj_t"]:
+        graph["edge_index"] = g
+    return Data(
+        x=x,
+        y=Rows.of(local.y, g),
+        train_mask=Rows.of(local.train_mask, g),
+        val_mask=Rows.of(local.val_mask, g),
+        test_mask=Rows.of(local.test_mask, g),
+        edge_attr=None,
+        **graph,
+        num_nodes=g.plan.num_nodes,
+        num_features=local.num_features,
+        num_classes=local.num_classes,
+        node_ids=local.node_ids,
+        g=g,
+        notes=local.notes,
+    )
+
+
+__all__ = ["Data", "load"]

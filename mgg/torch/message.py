@@ -1,0 +1,237 @@
+"""MessagePassing with PyG's contract over the distributed graph (NGra's SAGA: Scatter,
+ApplyEdge, Gather, ApplyVertex).
+
+``propagate(g, **kwargs)`` calls the subclass's ``message(x_j, x_i, edge_attr, ...)``
+over this rank's in-edges, each edge once on the rank of its destination: ``*_j`` are the
+sources' rows (this rank's, or a peer's through the halo), ``*_i`` the destinations';
+then ``aggregate`` (sum, mean, max, min at each destination) and ``update``. Autograd
+runs through all of it. A subclass that has a ``message_and_aggregate(g, ...)`` (mgg's
+fused kernels: GCNConv, GATConv) runs it instead while ``fuse`` is True; with
+``fuse = False`` the same layer runs the generic path (bench/message_passing.py).
+
+Per-edge tensors ([E, ...], ``edge_attr``, ``edge_weight``) are in ``edge_index(g)``'s
+order: the rank's local edges, then its remote ones.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..errors import InputError
+from .ops import _attention_csr, _held, as_array, as_tensor, check_graph, edge_index, halo
+
+AGGRS = {"add": "sum", "sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
+SPECIAL = ("index", "ptr", "dim_size", "size_i", "size_j", "edge_index_i", "edge_index_j")
+
+
+def scatter(msg: torch.Tensor, index: torch.Tensor, n: int, reduce: str = "sum"):
+    """[E, ...] messages reduced at their destinations ``index`` [E] (rows in [0, n));
+    rows without a message are 0 (PyG's). reduce: sum, mean, max, min (or add, amax,
+    amin)."""
+    how = AGGRS.get(reduce, reduce)
+    out = msg.new_zeros((n, *msg.shape[1:]))
+    if how == "sum":
+        return out.index_add(0, index, msg)
+    idx = index.view(-1, *[1] * (msg.ndim - 1)).expand_as(msg)
+    return out.scatter_reduce(0, idx, msg, how, include_self=False)
+
+
+def _by_dst(g):
+    """(ptr [n+1], perm [E]): ``edge_index(g)``'s edges grouped by destination."""
+
+    def build():
+        p = g.plan
+        lp, rp = p.local_indptr.astype(np.int64), p.remote_indptr.astype(np.int64)
+        ptr, el, er = lp + rp, int(lp[-1]), int(rp[-1])
+        ld, rd = g.plan.edge_dst()  # each edge's destination row
+        perm = np.empty(el + er, np.int64)
+        perm[ptr[ld] + np.arange(el) - lp[ld]] = np.arange(el)
+        perm[ptr[rd] + np.diff(lp)[rd] + np.arange(er) - rp[rd]] = el + np.arange(er)
+        return ptr, perm
+
+    return _held(g, "by_dst", build)
+
+
+def _segments(g, t: torch.Tensor, ptr, perm, n: int) -> torch.Tensor:
+    """[n, ...]: rows of t [K, ...] summed over each segment (mgg's segment_sum kernel:
+    in order, no atomics)."""
+    flat = t.reshape(t.shape[0], -1)
+    out = g.backend.nn.segment_sum(ptr, perm, as_array(flat), n)
+    return as_tensor(out).view(n, *t.shape[1:])
+
+
+class _Gather(torch.autograd.Function):
+    """rows [n + H, ...] -> [E, ...] at each edge's source; backward: each source's
+    edges summed in order (by-source CSR), not scattered."""
+
+    @staticmethod
+    def forward(ctx, whole, g, src):
+        ctx.g, ctx.rows = g, whole.shape[0]
+        return whole.index_select(0, src)
+
+    @staticmethod
+    def backward(ctx, dy):
+        _, _, _, ptr, perm = _attention_csr(ctx.g)
+        return _segments(ctx.g, dy, ptr, perm, ctx.rows), None, None
+
+
+class _SumAtDst(torch.autograd.Function):
+    """[E, ...] messages -> [n, ...] summed at their destinations (by-destination CSR);
+    backward: each edge reads its destination's gradient."""
+
+    @staticmethod
+    def forward(ctx, msg, g, dst):
+        ctx.dst = dst
+        ptr, perm = _by_dst(g)
+        return _segments(g, msg, ptr, perm, g.num_local_nodes)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.index_select(0, ctx.dst), None, None
+
+
+def _kernels_take(t: torch.Tensor) -> bool:
+    return t.dtype in (torch.float32, torch.float64) and t.ndim >= 1 and t.numel() > 0
+
+
+def softmax(src: torch.Tensor, index: torch.Tensor, ptr=None, num_nodes: int | None = None):
+    """PyG's ``utils.softmax``: softmax of per-edge scores src [E(, H)] over the edges of
+    each destination ``index`` [E] (all of a node's in-edges are on its rank)."""
+    n = int(index.max()) + 1 if num_nodes is None else num_nodes
+    top = scatter(src.detach(), index, n, "max")
+    ex = (src - top.index_select(0, index)).exp()
+    return ex / (scatter(ex, index, n, "sum").index_select(0, index) + 1e-16)
+
+
+class MessagePassing(nn.Module):
+    """Base class of message-passing layers: PyG's ``propagate`` / ``message`` /
+    ``aggregate`` / ``update``, with the job's DistGraph g in place of edge_index.
+
+    aggr   'add' (= 'sum'), 'mean', 'max' or 'min'
+    kinds  the graph kinds the layer runs on (mgg.graph.core.GRAPH_KINDS); ``edges``
+           gives the one it needs of a g (derived from g's source when it is another)
+    """
+
+    kinds = ("as_is", "no_self_loops", "self_loops")  # any but GCN's normalized weights
+    fuse = True
+
+    def __init__(self, aggr: str = "add", *, flow: str = "source_to_target", node_dim=-2):
+        super().__init__()
+        if aggr not in AGGRS:
+            raise ValueError(f"aggr must be one of {', '.join(AGGRS)}, got {aggr!r}")
+        if flow != "source_to_target":
+            raise ValueError(
+                "flow: mgg's graph holds each node's in-edges (source_to_target); pass the "
+                "transposed graph instead of flow='target_to_source'"
+            )
+        if node_dim not in (0, -2):
+            raise ValueError(f"node_dim: mgg keeps nodes in dim 0, got {node_dim}")
+        self.aggr = aggr
+        sig = inspect.signature(self.message).parameters
+        self._message_args = [p for p in sig if p not in ("self", "kwargs")]
+        self._update_args = [p for p in inspect.signature(self.update).parameters][1:]
+
+    def edges(self, g, kind: str | None = None):
+        """g as the kind this layer needs: ``kind``, or g itself when its kind is one of
+        ``kinds``, else the first of ``kinds`` (DistGraph.derive)."""
+        check_graph(g, type(self).__name__)
+        if kind is None:
+            if g.kind in self.kinds:
+                return g
+            kind = self.kinds[0]
+        return g.derive(kind, f"{type(self).__name__} (its graph is {kind!r})")
+
+    def propagate(self, g, size=None, **kwargs) -> torch.Tensor:
+        """message -> aggregate -> update over the in-edges of this rank's nodes."""
+        check_graph(g, type(self).__name__)
+        if size is not None:
+            raise InputError(f"{type(self).__name__}.propagate: mgg has no bipartite size")
+        if self.fusing():
+            out = self.message_and_aggregate(g, **kwargs)
+        else:
+            src, dst = edge_index(g)
+            n = g.num_local_nodes
+            gathered: dict = {}
+            args = {}
+            for name in self._message_args:
+                args[name] = self._argument(g, name, kwargs, src, dst, n, gathered)
+            msg = self.message(**args)
+            self._graph = g
+            try:
+                out = self.aggregate(msg, index=dst, ptr=None, dim_size=n)
+            finally:
+                self._graph = None
+        return self.update(out, **{k: kwargs[k] for k in self._update_args if k in kwargs})
+
+    def fusing(self) -> bool:
+        """Whether ``propagate`` runs ``message_and_aggregate``: ``fuse`` is on, the class
+        has one, and ``fused()`` says it fits this layer's settings."""
+        has = type(self).message_and_aggregate is not MessagePassing.message_and_aggregate
+        return self.fuse and has and self.fused()
+
+    def fused(self) -> bool:
+        """Whether this layer's settings have a fused kernel (a subclass's answer)."""
+        return True
+
+    def _argument(self, g, name, kwargs, src, dst, n, gathered):
+        if name in ("index", "edge_index_i"):
+            return dst
+        if name == "edge_index_j":
+            return src
+        if name in ("size_i", "size_j", "dim_size"):
+            return n
+        if name == "ptr":
+            return None
+        side = name[-2:]
+        if side in ("_i", "_j") and name[:-2] in kwargs:
+            t = kwargs[name[:-2]]
+            if isinstance(t, tuple | list):  # (x_j's, x_i's): PyG's pair
+                t = t[0] if side == "_j" else t[1]
+            if side == "_i":
+                return t.index_select(0, dst)
+            key = id(t)
+            if key not in gathered:
+                flat = t.reshape(n, -1)
+                whole = torch.cat([flat, halo(flat, g)])
+                if _kernels_take(whole):
+                    gathered[key] = _Gather.apply(whole, g, src).view(-1, *t.shape[1:])
+                else:
+                    gathered[key] = whole.index_select(0, src).view(-1, *t.shape[1:])
+            return gathered[key]
+        if name in kwargs:
+            return kwargs[name]
+        default = inspect.signature(self.message).parameters[name].default
+        if default is inspect.Parameter.empty:
+            raise TypeError(f"{type(self).__name__}.message needs {name!r}: pass it to propagate")
+        return default
+
+    def message(self, x_j: torch.Tensor) -> torch.Tensor:
+        """[E, ...] messages; by default the sources' rows."""
+        return x_j
+
+    def aggregate(self, inputs, index, ptr=None, dim_size=None) -> torch.Tensor:
+        """[E, ...] -> [n, ...]: ``aggr`` of each destination's messages."""
+        g = getattr(self, "_graph", None)
+        how = AGGRS[self.aggr]
+        if g is None or how not in ("sum", "mean") or not _kernels_take(inputs):
+            return scatter(inputs, index, dim_size, self.aggr)
+        out = _SumAtDst.apply(inputs, g, index)  # the edges are g's: summed in order
+        if how == "mean":
+            deg = torch.as_tensor(g.plan.in_degrees(), dtype=out.dtype).clamp(min=1)
+            out = out / deg.view(-1, *[1] * (out.ndim - 1))
+        return out
+
+    def message_and_aggregate(self, g, **kwargs) -> torch.Tensor:
+        """A fused message + aggregate (a subclass's mgg kernel), used while ``fuse``."""
+        raise NotImplementedError
+
+    def update(self, inputs: torch.Tensor) -> torch.Tensor:
+        """[n, ...] -> the layer's rows; by default the aggregate itself."""
+        return inputs
+
+
+__all__ = ["MessagePassing", "scatter", "softmax", "AGGRS"]
