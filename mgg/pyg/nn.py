@@ -1,8 +1,8 @@
-"""``torch_geometric.nn``'s names in mgg: the layers over the distributed graph."""
+"""``torch_geometric.nn``'s names in mgg: the layers over the distributed graph (mgg's
+MLP, whose signature is not PyG's, stays in mgg.torch)."""
 
 from ..torch import (
     APPNP,
-    MLP,
     BatchNorm,
     EdgeConv,
     GATConv,
@@ -17,7 +17,6 @@ from ..torch import (
 
 __all__ = [
     "APPNP",
-    "MLP",
     "BatchNorm",
     "EdgeConv",
     "GATConv",

@@ -295,35 +295,55 @@ class BatchNorm(nn.Module):
     """Batch normalization over every rank's rows: y = (x - μ) / sqrt(σ² + eps) · γ + β,
     with μ, σ² reduced across ranks, so P ranks compute what one process does.
     x [n, C] -> [n, C] (x's dtype; the statistics in float32 for bf16 x); the parameters
-    and buffers of torch.nn.BatchNorm1d."""
+    and buffers of torch.nn.BatchNorm1d (γ, β only when ``affine``; the running
+    statistics only when ``track_running_stats``). ``g``: the job's graph (Rows x bring
+    theirs)."""
 
-    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+        allow_single_element: bool = False,
+        mode: str = "node",
+    ):
         super().__init__()
+        if mode != "node":
+            _refuse("BatchNorm", f"mode={mode!r}: mgg normalizes over the nodes ('node')")
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
-        self.weight = nn.Parameter(torch.ones(num_features))
-        self.bias = nn.Parameter(torch.zeros(num_features))
-        self.register_buffer("running_mean", torch.zeros(num_features))
-        self.register_buffer("running_var", torch.ones(num_features))
-        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        self.allow_single_element = allow_single_element
+        self.weight = nn.Parameter(torch.ones(num_features)) if affine else None
+        self.bias = nn.Parameter(torch.zeros(num_features)) if affine else None
+        self.track_running_stats = track_running_stats
+        if track_running_stats:
+            self.register_buffer("running_mean", torch.zeros(num_features))
+            self.register_buffer("running_var", torch.ones(num_features))
+            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
 
-    def forward(self, x: torch.Tensor, g) -> torch.Tensor:
+    @rows_io
+    def forward(self, x: torch.Tensor, g=None) -> torch.Tensor:
         check_graph(g, "BatchNorm")
         rows, x = x, x.float() if x.dtype == torch.bfloat16 else x
-        if not self.training:
+        if not self.training and self.track_running_stats:
             mean, var = self.running_mean, self.running_var
         else:
             check_rows(x, g, "BatchNorm")  # this rank's rows: the plan counts all ranks'
             count = g.plan.num_nodes
-            if count < 2:
+            if count < 2 and not (count == 1 and self.allow_single_element):
                 raise ValueError(f"batch normalization needs at least 2 rows, got {count}")
             mean = all_reduce(x.sum(0), g) / count
             var = all_reduce(((x - mean) ** 2).sum(0), g) / count
-            with torch.no_grad():
-                m = self.momentum
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * count / (count - 1))
-                self.num_batches_tracked += 1
-        y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+            if self.track_running_stats and self.training:
+                with torch.no_grad():
+                    m = self.momentum
+                    self.running_mean.mul_(1 - m).add_(m * mean)
+                    self.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
+                    self.num_batches_tracked += 1
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        if self.weight is not None:
+            y = y * self.weight + self.bias
         return y.to(rows.dtype)
 
 
@@ -340,7 +360,8 @@ class MLP(nn.Module):
             BatchNorm(c) if batch_norm else nn.Identity() for c in channels[1:-1]
         )
 
-    def forward(self, x, g, first_done: bool = False) -> torch.Tensor:
+    @rows_io
+    def forward(self, x, g=None, first_done: bool = False) -> torch.Tensor:
         """``first_done``: x already went through the first Linear (GINConv's order)."""
         check_graph(g, "MLP")
         for i, lin in enumerate(self.lins):
@@ -476,7 +497,9 @@ class GATConv(MessagePassing):
             nn.init.zeros_(self.bias)
 
     @rows_io
-    def forward(self, x, g) -> torch.Tensor:
+    def forward(self, x, g, return_attention_weights=None):
+        """[n, out]; with ``return_attention_weights``, (out, (edge_index [2, E] of
+        global (source, destination) ids, α [E, H])) over this rank's edges."""
         gg = self.edges(g)
         n, nh, c = x.shape[0], self.heads, self.out_channels
         h = _linear(x, self.lin.weight)  # [n, H·C]
@@ -495,7 +518,11 @@ class GATConv(MessagePassing):
         y = self.propagate(gg, x=h, alpha=alpha)
         if not self.concat:
             y = y.view(n, nh, c).mean(1)
-        return y if self.bias is None else y + like(self.bias, y)
+        y = y if self.bias is None else y + like(self.bias, y)
+        if return_attention_weights:
+            dst, src = (as_tensor(a) for a in edge_ids(gg))
+            return y, (torch.stack([src, dst]), alpha)
+        return y
 
     def message(self, x_j, alpha):
         heads = alpha.shape[1]

@@ -114,6 +114,17 @@ class SparseRows:
         """Itself: the rows already live on the job's device."""
         return self
 
+    def __getitem__(self, rows) -> torch.Tensor:
+        """The dense rows a mask or index [n] selects (Rows when the graph is known)."""
+        if isinstance(rows, torch.Tensor):
+            rows = as_array(rows)
+        t = as_tensor(self.m[rows].toarray())
+        if self.g is None:
+            return t
+        from .rows import Rows
+
+        return Rows.of(t, self.g)
+
     def to_dense(self) -> torch.Tensor:
         """[n, F] dense rows (Rows when the job's graph is known)."""
         t = as_tensor(self.m.toarray())

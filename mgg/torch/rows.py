@@ -25,6 +25,7 @@ the user's own.
 from __future__ import annotations
 
 import functools
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -398,13 +399,17 @@ _REDUCTIONS = {
 
 def rows_io(forward):
     """A layer's forward on Rows: its tensors enter as plain rows, and its tensor outputs
-    come back as Rows of the input's graph (plain tensors in, plain out)."""
+    come back as Rows of the input's graph (plain tensors in, plain out). A parameter
+    ``g`` left out is the input's graph."""
+    names = list(inspect.signature(forward).parameters)[1:]
 
     @functools.wraps(forward)
     def wrapper(self, *args, **kwargs):
         g = _graph_of(args, kwargs)
         if g is None:
             return forward(self, *args, **kwargs)
+        if "g" in names and names.index("g") >= len(args) and kwargs.get("g") is None:
+            kwargs["g"] = g
         args, kwargs = tree_map(plain, (args, kwargs))
         out = forward(self, *args, **kwargs)
         return tree_map(lambda t: Rows.of(t, g) if isinstance(t, torch.Tensor) else t, out)
