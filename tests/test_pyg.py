@@ -45,6 +45,7 @@ CASES = {
         lambda: pyg.GCNConv(FIN, 5, normalize=False),
         ("w",),
     ),
+    "sage_mean": (lambda: mt.SAGEConv(FIN, 5), lambda: pyg.SAGEConv(FIN, 5), ()),
     "sage_max": (
         lambda: mt.SAGEConv(FIN, 5, aggr="max"),
         lambda: pyg.SAGEConv(FIN, 5, aggr="max"),
@@ -203,7 +204,9 @@ def test_layer_equals_pyg(rng, name):
         torch.testing.assert_close(p.grad, pref[k], atol=1e-5, rtol=1e-5, msg=k)
 
 
-@pytest.mark.parametrize("name", ["gcn", "gcn_improved", "gat_loops", "sage_sum", "appnp"])
+@pytest.mark.parametrize(
+    "name", ["gcn", "gcn_improved", "gat_loops", "sage_sum", "sage_mean", "appnp"]
+)
 def test_generic_path_equals_fused(rng, name):
     """fuse=False runs message/aggregate by index ops: the same numbers as mgg's kernels."""
     g = graph(rng)

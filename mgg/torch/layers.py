@@ -214,12 +214,12 @@ def gcn_adjacency(g, edge_weight, normalize, improved, add_self_loops, who):
     elif g.plan.has_weights:
         w = plan_weights(g).to(acc)
     else:
-        w = torch.ones(src.shape[0], dtype=acc)
+        w = torch.ones(src.shape[0], dtype=acc, device=src.device)
     loops = None
     if add_self_loops:
         ids = edge_ids(g)
         loop = as_tensor(ids[0] == ids[1])
-        loops = torch.full((n,), 2.0 if improved else 1.0, dtype=acc)
+        loops = torch.full((n,), 2.0 if improved else 1.0, dtype=acc, device=src.device)
         loops = loops.index_put((dst[loop],), w[loop])  # existing loops keep their weight
         w = torch.where(loop, torch.zeros_like(w), w)
     deg = scatter(w, dst, n)
@@ -697,7 +697,8 @@ class APPNP(_GCNLike):
             wk, lk = w, loops
             if self.dropout > 0 and self.training:  # Â's entries: edges and loops
                 if isinstance(wk, str):
-                    wk = plan_weights(gg) if wk == "gcn" else torch.ones(edge_index(gg)[0].shape)
+                    src = edge_index(gg)[0]
+                    wk = plan_weights(gg) if wk == "gcn" else torch.ones_like(src, dtype=h.dtype)
                 wk = edge_dropout(wk, gg, self.dropout)
                 if lk is not None:
                     lk = dropout(lk[:, None], gg, self.dropout)[:, 0]

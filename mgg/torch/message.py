@@ -221,7 +221,8 @@ class MessagePassing(nn.Module):
             return scatter(inputs, index, dim_size, self.aggr)
         out = _SumAtDst.apply(inputs, g, index)  # the edges are g's: summed in order
         if how == "mean":
-            deg = torch.as_tensor(g.plan.in_degrees(), dtype=out.dtype).clamp(min=1)
+            deg = torch.as_tensor(g.plan.in_degrees(), dtype=out.dtype, device=out.device)
+            deg = deg.clamp(min=1)
             out = out / deg.view(-1, *[1] * (out.ndim - 1))
         return out
 
