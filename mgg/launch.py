@@ -49,10 +49,11 @@ import time
 import traceback
 from pathlib import Path
 
-from .process import SIZE_VARS, launcher_int, local_size
+from .process import launcher_int, local_size
 
 SHIM = "--mgg-rank-shim"
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
 _LOCAL_RANK_VARS = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
@@ -87,7 +88,7 @@ def rank_environment(env=None, cpus=None, gpus=None) -> dict:
     threads = str(max(1, cpus // nlocal))
     out = {
         "MGG_RANK": str(rank),
-        "MGG_SIZE": str(launcher_int(env, SIZE_VARS, 1)),
+        "MGG_SIZE": str(launcher_int(env, _SIZE_VARS, 1)),
         "MGG_LOCAL_RANK": str(local),
         "MGG_LOCAL_SIZE": str(nlocal),
         "MGG_LAUNCHER": "mggrun",

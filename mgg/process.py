@@ -88,7 +88,8 @@ def fit_allocator(returns_freed: bool) -> bool:
 
 
 _LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
-SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+# set in each launched rank only (a Slurm allocation's shell has SLURM_NTASKS too)
+_JOB_SIZE_VARS = ("MGG_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
 
 
 def launcher_int(env, names, default: int) -> int:
@@ -102,7 +103,7 @@ def launcher_int(env, names, default: int) -> int:
 
 def job_size(env=None) -> int:
     """The ranks of the job this process was launched in (1 outside a launcher)."""
-    return max(1, launcher_int(os.environ if env is None else env, SIZE_VARS, 1))
+    return max(1, launcher_int(os.environ if env is None else env, _JOB_SIZE_VARS, 1))
 
 
 def local_size(env=None) -> int:

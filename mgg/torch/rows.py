@@ -297,7 +297,8 @@ def _element_loss(loss_fn):
 def _dims(x, args, kwargs):
     """A reduction's (dim, keepdim) from its arguments (dim None: every dim)."""
     dim = kwargs.get("dim", args[0] if args and not isinstance(args[0], bool) else None)
-    return dim, kwargs.get("keepdim", False)
+    keep = args[1] if len(args) > 1 and isinstance(args[1], bool) else False
+    return dim, kwargs.get("keepdim", keep)
 
 
 def _summing(op):
