@@ -18,6 +18,7 @@ work and the others get its result, so every rank raises the same error.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -64,7 +65,9 @@ def _on_root(comm, fn, catch=(), message=str, share: bool = True):
     value, error = None, None
     if _rank(comm) == 0:
         try:
-            value = fn()
+            # peers wait in bcast while a big file is read or written
+            with contextlib.nullcontext() if comm is None else comm.alone():
+                value = fn()
         except CheckpointError as e:
             error = str(e)
         except catch as e:

@@ -497,13 +497,14 @@ class Trainer:
         parts = self.comm.gather(mine, root=0)
         result = None
         if parts is not None:
-            result = [
-                rocauc(
-                    np.concatenate([p[i][1] for p in parts]),
-                    np.concatenate([p[i][0] for p in parts]),
-                )
-                for i in range(len(masks))
-            ]
+            with self.comm.alone():
+                result = [
+                    rocauc(
+                        np.concatenate([p[i][1] for p in parts]),
+                        np.concatenate([p[i][0] for p in parts]),
+                    )
+                    for i in range(len(masks))
+                ]
         return self.comm.bcast(result, root=0)
 
     def summary(self) -> dict:

@@ -438,7 +438,7 @@ def test_rows_reduce_over_every_rank(tmp_path):
     (loss + 0.1 * lin.weight.square().sum()).backward()
     opt.step()
     for o in got:
-        assert o["loss"] == pytest.approx(float(loss), abs=1e-6)
+        assert o["loss"] == pytest.approx(float(loss.detach()), abs=1e-6)
         assert o["count"] == int(test.sum())
         assert o["correct"] == int((out.argmax(-1)[test] == y[test]).sum())
         np.testing.assert_allclose(o["mean"], x.mean(0).numpy(), atol=1e-6)

@@ -3,6 +3,8 @@ the designs, the nn layers and the trainer use."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from ..knobs import WINDOWS  # noqa: F401 - the job's windows, mgg.comm.WINDOWS to the designs
@@ -62,6 +64,12 @@ class Comm:
 
     def abort(self, code: int = 1) -> None:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def alone(self):
+        """Work this rank does while its peers wait for it in a collective: a collective
+        watchdog (MPIComm's) lets them wait as long as it takes."""
+        yield
 
 
 class SymmetricArray:

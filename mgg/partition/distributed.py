@@ -446,7 +446,8 @@ def _agree(comm, fn):
     lowest rank's), so that none waits in a collective for a rank that failed."""
     value, error = None, None
     try:
-        value = fn()
+        with comm.alone():  # a rank writing for all (rank 0's commit) is waited for
+            value = fn()
     except (OSError, MggError) as e:
         error = e
     errors = comm.allgather(error)

@@ -24,6 +24,7 @@ that it is one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -286,10 +287,12 @@ def for_job(
     order = error = None
     if comm is None or comm.rank == 0:
         try:
-            if path is not None:
-                order = read(path, graph.num_nodes, fingerprint_of(graph))
-            else:
-                order = compute(graph, name, size, seed, split)
+            # peers wait in bcast for as long as METIS takes
+            with contextlib.nullcontext() if comm is None else comm.alone():
+                if path is not None:
+                    order = read(path, graph.num_nodes, fingerprint_of(graph))
+                else:
+                    order = compute(graph, name, size, seed, split)
         except OrderError as e:
             error = e
     if comm is not None:
