@@ -69,9 +69,11 @@ def main():
             print(row, flush=True)
     notes = (
         "Forward + backward of one layer, 64 wide (GAT: 4 heads x 16), one process, "
-        "float32; the generic path gathers x_j per edge, applies the message, and scatters "
-        "with index_add (scatter_reduce for max/min); the fused path is mgg's aggregation "
-        "kernel (and GAT's attention kernel). The graph as read: GCN derives its "
+        "float32. The generic path materializes a message per edge [E, 64]: x_j gathered "
+        "(its backward a segment sum per source), the message, and a segment sum per "
+        "destination (mgg's segment_sum kernel: in order, no atomics); GAT's scores and "
+        "softmax by index ops. The fused path is mgg's aggregation kernel (and GAT's "
+        "attention kernel), with no per-edge rows. The graph as read: GCN derives its "
         "gcn_norm graph, GAT its self-loop graph, once."
     )
     write_results("message_passing", {}, table, list(table[0]), notes)

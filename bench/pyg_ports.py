@@ -61,7 +61,7 @@ def run(argv: list[str], env_path: str | None = None) -> dict:
             rows.append([float(v.split(": ")[1]) for v in line.split(", ")])
     t = float(re.search(r"Median time per epoch: ([0-9.]+)s", r.stdout).group(1))
     a = np.array(rows)
-    return {"loss": a[:, 1].tolist(), "final_test": float(a[-1, 5]), "epoch_s": t, "log": r.stdout}
+    return {"loss": a[:, 1].tolist(), "final_test": float(a[-1, 4]), "epoch_s": t, "log": r.stdout}
 
 
 def main():
