@@ -109,7 +109,12 @@ def main():
         "differ between PyG (torch's RNG) and mgg (its rank-invariant masks), so the runs "
         "agree in distribution, not step for step. Time per epoch: the training step, "
         "median after 10 epochs, one process each; the 4-rank runs on this 2-core machine "
-        "are oversubscribed and measure only that the losses equal 1 rank's."
+        "are oversubscribed and measure only that the losses equal 1 rank's. Where the "
+        "GCN and GAT ratios come from: profiled, 83% of PyG's GCN step is torch's dropout "
+        "mask (bernoulli_) over Cora's dense 2708 x 1433 features, while mgg keeps "
+        "bag-of-words features sparse and draws masks for the stored entries only: "
+        "mostly the input's form, not the aggregation. GCNII's 64 layers of 64 channels "
+        "are dense GEMMs and aggregations on both sides."
     )
     cols = list(table[0])
     write_results(
