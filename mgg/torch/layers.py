@@ -652,13 +652,12 @@ class GCN2Conv(_GCNLike):
         check_graph(g, "GCN2Conv")
         gg, w, loops = self.adjacency(g, edge_weight)
         h = self.spread(gg, x, w, loops)
-        h = h * (1 - self.alpha)
-        x_0 = self.alpha * x_0[: x.shape[0]]
-        b = self.beta
+        x_0, b = x_0[: x.shape[0]].to(h.dtype), self.beta
         w1 = like(self.weight1, h)
         if self.weight2 is None:
-            out = h + x_0
+            out = torch.lerp(h, x_0, self.alpha)  # (1 - α) h + α x₀ in one pass
             return torch.addmm(out, out, w1, beta=1.0 - b, alpha=b)
+        h, x_0 = h * (1 - self.alpha), self.alpha * x_0
         w2 = like(self.weight2, h)
         return torch.addmm(h, h, w1, beta=1.0 - b, alpha=b) + torch.addmm(
             x_0, x_0, w2, beta=1.0 - b, alpha=b
