@@ -112,6 +112,21 @@ def mpirun(nprocs: int, *args, timeout: float = 180, env=None):
     )
 
 
+def run_mgg(*args, env=None, timeout: float = 120):
+    """Run ``python -m mgg ARGS`` as one process (no mpiexec); the CompletedProcess."""
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "mgg", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=dict(os.environ, MGG_PROGRESS="0", **(env or {})),
+    )
+
+
 def last_json(stdout: str) -> dict:
     import json
 

@@ -192,20 +192,9 @@ def test_mggrun_tells_every_rank_the_size_it_asked_for(tmp_path):
 def test_a_job_of_singletons_is_an_error_not_a_silent_run():
     """What a mismatched MPI looks like from inside (mpi4py bound to a library other than
     the launcher's): each rank sees a world of 1 although mggrun asked for 2."""
-    import os
-    import subprocess
-    import sys
+    from conftest import run_mgg
 
-    from conftest import ROOT
-
-    r = subprocess.run(
-        [sys.executable, "-m", "mgg", "check", "rmat:scale=6,ef=4", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=dict(os.environ, MGG_NP="2", MGG_PROGRESS="0"),
-    )
+    r = run_mgg("check", "rmat:scale=6,ef=4", "--json", env={"MGG_NP": "2"})
     assert r.returncode == 2
     assert "mggrun started 2 ranks but MPI reports a world of 1" in r.stderr
     assert "Traceback" not in r.stderr

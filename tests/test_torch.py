@@ -76,7 +76,7 @@ def test_layers_equal_pyg_forward_and_gradients(rng, kind, fin, fout):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_attention_equals_the_softmax_torch_computes_edge_by_edge(rng, dtype):
     """mt.attention's one-kernel softmax (and its backward) against torch's composition:
-    gather the scores per edge, LeakyReLU, edge_softmax; hubs and nodes without in-edges."""
+    gather the scores per edge, LeakyReLU, softmax; hubs and nodes without in-edges."""
     g = random_graph(rng, 60, 500, hub_dst=True, isolated=5)
     dg = DistGraph.build(g, None, ps=4, dtype=np.dtype(str(dtype)[6:]))
     a_src = (3 * torch.randn(60, 4, dtype=dtype)).requires_grad_()
@@ -85,7 +85,7 @@ def test_attention_equals_the_softmax_torch_computes_edge_by_edge(rng, dtype):
     src, dst = mt.edge_index(dg)
     s0, d0 = a_src.detach().clone().requires_grad_(), a_dst.detach().clone().requires_grad_()
     score = torch.nn.functional.leaky_relu(s0[src] + d0[dst], 0.1)
-    want = mt.edge_softmax(score, dst, 60)
+    want = mt.softmax(score, dst, num_nodes=60)
     tol = 1e-6 if dtype == torch.float32 else 1e-12
     torch.testing.assert_close(alpha, want, atol=tol, rtol=tol)
     w = torch.randn_like(want)

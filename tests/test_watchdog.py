@@ -15,7 +15,7 @@ import pytest
 from mgg.comm.mpi import TIMEOUT_ENV, collective_timeout
 from mgg.errors import InputError
 
-from conftest import ROOT
+from conftest import ROOT, run_mgg
 
 NOLOCAL = {"MPIR_CVAR_NOLOCAL": "1"}  # every rank a node of its own (tests/test_network.py)
 
@@ -216,14 +216,7 @@ def test_the_timeout_is_read_from_the_environment(value, seconds):
 def test_a_bad_timeout_is_one_line_from_the_cli():
     """Read when the comm is made, before any collective: `mgg` prints it as its one-line
     error and exits 2 (a job of one rank: no mpiexec)."""
-    r = subprocess.run(
-        [sys.executable, "-m", "mgg", "check", "rmat:scale=6,ef=4", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-        env=dict(os.environ, MGG_PROGRESS="0", **{TIMEOUT_ENV: "soon"}),
-    )
+    r = run_mgg("check", "rmat:scale=6,ef=4", "--json", env={TIMEOUT_ENV: "soon"})
     assert r.returncode == 2
     assert r.stderr.splitlines() == [
         f"mgg check: error: {TIMEOUT_ENV}='soon': expected the seconds a collective may wait "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from .. import process
 from ..graph.dataset import Dataset
@@ -82,7 +81,7 @@ def load(
     elif is_sharded(str(source)):
         dataset = ShardedDataset(str(source))
     else:
-        dataset = resolve(str(source) if isinstance(source, Path) else source)
+        dataset = resolve(str(source))
     g, local = prepare(
         dataset,
         comm,

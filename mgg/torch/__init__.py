@@ -22,7 +22,6 @@ from .layers import (
     GINConv,
     GINEConv,
     SAGEConv,
-    edge_softmax,
     pyg_widths,
 )
 from .message import MessagePassing, scatter, softmax
@@ -78,7 +77,6 @@ __all__ = [
     "edge_ids",
     "BatchNorm",
     "MLP",
-    "edge_softmax",
     "pyg_widths",
     "GCN",
     "SAGE",

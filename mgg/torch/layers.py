@@ -80,6 +80,9 @@ def _narrower(x, out_dim: int, pyg: bool) -> bool:
     return pyg if _pyg_order else out_dim < x.shape[1]
 
 
+WITH_LOOPS = ("self_loops", "gcn_norm")  # the kinds with one self loop per node
+
+
 def _refuse(what: str, why: str):
     raise ValueError(f"{what}: {why}")
 
@@ -92,7 +95,7 @@ class _GCNLike(MessagePassing):
 
     def adjacency(self, g, edge_weight, improved=False):
         """gcn_adjacency for this layer's settings, kept while ``cached``."""
-        if getattr(self, "_cached", None) is not None:
+        if self._cached is not None:
             return self._cached
         out = gcn_adjacency(
             g, edge_weight, self.normalize, improved, self.add_self_loops, type(self).__name__
@@ -434,18 +437,6 @@ class GINConv(MessagePassing):
         return inputs + (1 + self.eps.to(x.dtype)) * x
 
 
-def edge_softmax(e: torch.Tensor, dst: torch.Tensor, n: int) -> torch.Tensor:
-    """Softmax of per-edge scores e [E, H] over the in-edges of each destination
-    (dst [E] rows in [0, n)); all of a node's in-edges are on its rank. Deterministic:
-    no scatter with atomics, forward or backward."""
-    idx = dst.unsqueeze(1).expand_as(e)
-    top = torch.full((n, e.shape[1]), float("-inf"), dtype=e.dtype, device=e.device)
-    top = top.scatter_reduce(0, idx, e.detach(), "amax", include_self=True)
-    ex = (e - top.index_select(0, dst)).exp()
-    total = torch.zeros((n, e.shape[1]), dtype=e.dtype, device=e.device).index_add_(0, dst, ex)
-    return ex / (total.index_select(0, dst) + 1e-16)
-
-
 class GATConv(MessagePassing):
     """Veličković et al.: y_v = ‖_h sum_{u→v} α^h_uv W^h x_u + b, with
     α^h_uv = softmax_u(LeakyReLU(a^h_src · W^h x_u + a^h_dst · W^h x_v)) over v's in-edges
@@ -481,7 +472,7 @@ class GATConv(MessagePassing):
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops = add_self_loops
-        self.kinds = ("self_loops", "gcn_norm") if add_self_loops else GRAPH_KINDS
+        self.kinds = WITH_LOOPS if add_self_loops else GRAPH_KINDS
         self.lin = nn.Linear(in_channels, heads * out_channels, bias=False)
         self.att_src = nn.Parameter(torch.empty(1, heads, out_channels))
         self.att_dst = nn.Parameter(torch.empty(1, heads, out_channels))
@@ -567,7 +558,7 @@ class GATv2Conv(MessagePassing):
         self.in_channels, self.out_channels, self.heads = in_channels, out_channels, heads
         self.concat, self.negative_slope, self.dropout = concat, negative_slope, dropout
         self.add_self_loops, self.share_weights = add_self_loops, share_weights
-        self.kinds = ("self_loops", "gcn_norm") if add_self_loops else GRAPH_KINDS
+        self.kinds = WITH_LOOPS if add_self_loops else GRAPH_KINDS
         self.lin_l = nn.Linear(in_channels, heads * out_channels, bias=bias)
         self.lin_r = (
             self.lin_l if share_weights else nn.Linear(in_channels, heads * out_channels, bias)
@@ -787,6 +778,5 @@ __all__ = [
     "EdgeConv",
     "BatchNorm",
     "MLP",
-    "edge_softmax",
     "pyg_widths",
 ]

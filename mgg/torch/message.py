@@ -25,7 +25,6 @@ from ..errors import InputError
 from .ops import _attention_csr, _held, as_array, as_tensor, check_graph, edge_index, halo
 
 AGGRS = {"add": "sum", "sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
-SPECIAL = ("index", "ptr", "dim_size", "size_i", "size_j", "edge_index_i", "edge_index_j")
 
 
 def scatter(msg: torch.Tensor, index: torch.Tensor, n: int, reduce: str = "sum"):

@@ -116,18 +116,14 @@ class SparseRows:
 
     def __getitem__(self, rows) -> torch.Tensor:
         """The dense rows a mask or index [n] selects (Rows when the graph is known)."""
-        if isinstance(rows, torch.Tensor):
-            rows = as_array(rows)
-        t = as_tensor(self.m[rows].toarray())
-        if self.g is None:
-            return t
-        from .rows import Rows
-
-        return Rows.of(t, self.g)
+        return self._dense(self.m[as_array(rows) if isinstance(rows, torch.Tensor) else rows])
 
     def to_dense(self) -> torch.Tensor:
         """[n, F] dense rows (Rows when the job's graph is known)."""
-        t = as_tensor(self.m.toarray())
+        return self._dense(self.m)
+
+    def _dense(self, m) -> torch.Tensor:
+        t = as_tensor(m.toarray())
         if self.g is None:
             return t
         from .rows import Rows
@@ -392,13 +388,22 @@ def sync_gradients(params, comm) -> None:
     if comm is None or comm.size == 1 or not params:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    flat = torch.cat([gr.detach().reshape(-1) for gr in grads])
-    flat = as_tensor(_allreduce(comm, as_array(flat)))
-    i = 0
-    for p in params:
-        k = p.numel()
-        p.grad = flat[i : i + k].view_as(p).clone()
+    for p, total in zip(params, allreduce_flat(comm, grads), strict=True):
+        p.grad = total
+
+
+def allreduce_flat(comm, tensors, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """Each tensor summed over the ranks, all in one allreduce of a flat buffer (in
+    ``dtype``, default the first tensor's); each back in its shape, dtype and device."""
+    dtype = tensors[0].dtype if dtype is None else dtype
+    flat = torch.cat([t.detach().reshape(-1).to(dtype) for t in tensors])
+    total = as_tensor(_allreduce(comm, as_array(flat)))
+    out, i = [], 0
+    for t in tensors:
+        k = t.numel()
+        out.append(total[i : i + k].view_as(t).to(t.device, t.dtype).clone())
         i += k
+    return out
 
 
 # ---- rank-invariant dropout ---------------------------------------------------------------

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import InputError
-from .ops import SparseRows, check_graph, dropout
+from .ops import SparseRows, allreduce_flat, check_graph, dropout
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -67,9 +67,7 @@ class Rows(torch.Tensor):
             )
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
-        if g is None:
-            return out
-        return tree_map(lambda t: Rows.of(t, g) if type(t) is torch.Tensor else t, out)
+        return out if g is None else _as_rows(out, g)
 
     def __repr__(self, **kw):
         return f"Rows(rank {self.g.rank if self.g else '?'}: {plain(self)!r})"
@@ -81,6 +79,11 @@ def plain(t):
         with torch._C.DisableTorchFunctionSubclass():
             return t.as_subclass(torch.Tensor)
     return t
+
+
+def _as_rows(out, g):
+    """The plain tensors in ``out`` (a tensor, or a tuple of them) as Rows of ``g``."""
+    return tree_map(lambda t: Rows.of(t, g) if type(t) is torch.Tensor else t, out)
 
 
 def _graph_of(args, kwargs):
@@ -114,15 +117,21 @@ class _Global(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t, g, params):
         ctx.g, ctx.params = g, params
-        if g.comm is None or g.size == 1:
-            return t.clone()
-        total = g.comm.allreduce(t.detach().to("cpu", torch.float64).reshape(-1).numpy())
-        return torch.from_numpy(total).to(t.device, t.dtype).reshape(t.shape)
+        return _reduced(g, t, "sum")
 
     @staticmethod
     def backward(ctx, dt):
         _queue_sync(ctx.g, ctx.params)
         return dt * ctx.g.size, None, None
+
+
+def _reduced(g, t: torch.Tensor, op: str) -> torch.Tensor:
+    """t reduced ('sum', 'max', 'min') over the ranks, on the host in float64 (bf16
+    included), back in t's dtype and device; a copy of t in a job of one rank."""
+    if g.comm is None or g.size == 1:
+        return t.detach().clone()
+    a = t.detach().to("cpu", torch.float64).reshape(-1).numpy()
+    return torch.from_numpy(g.comm.allreduce(a, op)).to(t.device, t.dtype).reshape(t.shape)
 
 
 def _global_sum(t: torch.Tensor, g) -> torch.Tensor:
@@ -177,19 +186,15 @@ def _sync(g) -> None:
         torch.zeros_like(p) if p.grad is None else p.grad - b if b is not None else p.grad
         for p, b in zip(params, before.values(), strict=True)
     ]
-    flat = [a.detach().to("cpu", torch.float64).reshape(-1) for a in added]
-    total = torch.from_numpy(g.comm.allreduce(torch.cat([*flat, _signature(params)]).numpy()))
-    if not torch.equal(total[-2:], _signature(params) * g.size):
+    *sums, sig = allreduce_flat(g.comm, [*(a.double() for a in added), _signature(params)])
+    if not torch.equal(sig, _signature(params) * g.size):
         raise InputError(
             "the ranks' backward passes reached different parameters (the ranks built "
             "different models or losses): every rank must run the same model on its rows"
         )
-    i = 0
-    for p, b in zip(params, before.values(), strict=True):
-        k = p.numel()
-        mean = (total[i : i + k] / g.size).view_as(p).to(p.device, p.dtype)
+    for p, b, total in zip(params, before.values(), sums, strict=True):
+        mean = (total / g.size).to(p.device, p.dtype)
         p.grad = mean if b is None else b + mean
-        i += k
 
 
 def _signature(params) -> torch.Tensor:
@@ -294,7 +299,7 @@ def _element_loss(loss_fn):
     return handler
 
 
-def _dims(x, args, kwargs):
+def _dims(args, kwargs):
     """A reduction's (dim, keepdim) from its arguments (dim None: every dim)."""
     dim = kwargs.get("dim", args[0] if args and not isinstance(args[0], bool) else None)
     keep = args[1] if len(args) > 1 and isinstance(args[1], bool) else False
@@ -305,21 +310,20 @@ def _summing(op):
     """sum / mean / count_nonzero / any / all: over every rank when dim 0 is reduced."""
 
     def handler(g, x, *args, **kwargs):
-        dim, keepdim = _dims(x, args, kwargs)
+        dim, keepdim = _dims(args, kwargs)
         t = plain(x)
         if dim is not None and not _over_nodes((t, dim), {}):
             with torch._C.DisableTorchFunctionSubclass():
                 return Rows.of(_TORCH[op](t, *args, **kwargs), g)
-        dims = None if dim is None else dim
         if op in ("any", "all", "count_nonzero"):
             local = (t != 0) if op != "all" else (t == 0)
-            s = local.sum(dim=dims, keepdim=keepdim) if dims is not None else local.sum()
+            s = local.sum() if dim is None else local.sum(dim=dim, keepdim=keepdim)
             s = _global_sum(s.double(), g)
             if op == "count_nonzero":
                 return s.long()
             return s > 0 if op == "any" else s == 0
         dtype = kwargs.get("dtype")
-        s = t.sum(dtype=dtype) if dims is None else t.sum(dim=dims, keepdim=keepdim, dtype=dtype)
+        s = t.sum(dtype=dtype) if dim is None else t.sum(dim=dim, keepdim=keepdim, dtype=dtype)
         if not s.is_floating_point():
             return _global_sum(s.double(), g).to(s.dtype)
         s = _global_sum(s, g)
@@ -342,10 +346,7 @@ def _extreme(op):
         t = plain(x)
         if (args or "dim" in kwargs) and not _over_nodes((t, *args), kwargs):
             with torch._C.DisableTorchFunctionSubclass():
-                return tree_map(
-                    lambda o: Rows.of(o, g) if type(o) is torch.Tensor else o,
-                    _TORCH[op](t, *args, **kwargs),
-                )
+                return _as_rows(_TORCH[op](t, *args, **kwargs), g)
         if (args or "dim" in kwargs) and op in ("max", "min"):
             raise InputError(
                 f"{op}(dim=0) would give indices into one rank's rows: use amax/amin for "
@@ -353,16 +354,12 @@ def _extreme(op):
             )
         if t.requires_grad and torch.is_grad_enabled():
             raise InputError(f"{op} over every rank's rows has no gradient in mgg")
-        dim, keepdim = _dims(t, args, kwargs)
+        dim, keepdim = _dims(args, kwargs)
         red = "max" if op in ("max", "amax") else "min"
         local = getattr(t, "amax" if red == "max" else "amin")(
             dim=() if dim is None else dim, keepdim=keepdim
         )
-        if g.comm is None or g.size == 1:
-            return local
-        a = local.to("cpu", torch.float64).reshape(-1).numpy()
-        out = torch.from_numpy(g.comm.allreduce(a, red))
-        return out.to(local.device, local.dtype).reshape(local.shape)
+        return _reduced(g, local, red)
 
     return handler
 
@@ -412,8 +409,7 @@ def rows_io(forward):
         if "g" in names and names.index("g") >= len(args) and kwargs.get("g") is None:
             kwargs["g"] = g
         args, kwargs = tree_map(plain, (args, kwargs))
-        out = forward(self, *args, **kwargs)
-        return tree_map(lambda t: Rows.of(t, g) if isinstance(t, torch.Tensor) else t, out)
+        return _as_rows(forward(self, *args, **kwargs), g)
 
     return wrapper
 
