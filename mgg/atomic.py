@@ -175,6 +175,43 @@ def atomic_write(*paths):
         raise
 
 
+@contextlib.contextmanager
+def atomic_folder(path, hint: str):
+    """Yield a temporary folder beside ``path`` to fill; when the block succeeds its files
+    are flushed to disk (fsync) and it is renamed to ``path``, else it is removed. A
+    reader sees the whole folder or none. ``path`` must not exist (FileExistsError naming
+    it, with ``hint``: what to do instead), checked before and again at the rename; the
+    temporaries of dead writers beside it are swept first (a job killed while it wrote)."""
+    full = Path(os.path.abspath(path))
+    check_new(path, hint)
+    try:
+        full.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # a leftover that cannot go stops no one
+            sweep(full.parent)
+        tmp = temp_path(full)
+        tmp.mkdir()
+    except OSError as e:
+        raise OSError(e.errno, f"cannot write it: {e.strerror}", os.fspath(path)) from None
+    try:
+        yield tmp
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                _fsync(os.fspath(f))
+        check_new(path, hint)
+        os.rename(tmp, full)
+        with contextlib.suppress(OSError):
+            _fsync(os.fspath(full.parent))
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def check_new(path, hint: str) -> None:
+    """FileExistsError naming ``path`` when it exists (``hint``: what to do instead)."""
+    if os.path.lexists(path):
+        raise FileExistsError(17, f"already exists: {hint}", os.fspath(path))
+
+
 def check_folder(path) -> None:
     """FileNotFoundError naming ``path`` when the folder it would be written in is missing."""
     path = os.fspath(path)

@@ -3,12 +3,15 @@ them before any state is taken, and lock a checkpoint folder to one job.
 
 A checkpoint is one torch file that ``torch.load(path, weights_only=True)`` reads::
 
-    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": str (JSON)}
+    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "meta": str (JSON),
+     "best": the model's state dict at its best validation epoch (only under --select
+             best-val, once an epoch was evaluated)}
 
-meta: ``format`` (FORMAT), ``digest`` (sha256 of the two states and of the rest of meta),
+meta: ``format`` (FORMAT), ``digest`` (sha256 of the states and of the rest of meta),
 ``epoch``, ``history``, ``config`` (the model's), ``optimizer`` (its class name),
 ``graph_config`` (the knobs in force), ``tuning`` (the search's result or null), ``ranks``,
-``data`` (what the job trained on: mgg.train.LocalData.identity; see :func:`check_data`).
+``data`` (what the job trained on: mgg.train.LocalData.identity; see :func:`check_data`),
+``select`` and ``best`` (the best validation epoch's record: epoch and metrics, or null).
 Format 0 (before mgg wrote a format) has neither format nor digest and is still read.
 
 Every problem is a :class:`CheckpointError` whose message names the file and the problem.
@@ -37,7 +40,7 @@ from . import precision
 from .atomic import Lock, LockedError, atomic_write, hold, is_temporary, sweep
 from .errors import CheckpointError
 
-FORMAT = 1
+FORMAT = 2  # 2: the best validation epoch's weights ("best")
 LOCK = ".lock"
 # test-only: the name of a checkpoint whose write stops once its temporary file is whole,
 # before the rename (a test kills the job there)
@@ -81,14 +84,22 @@ def _on_root(comm, fn, catch=(), message=str, share: bool = True):
 
 
 # ---- write -------------------------------------------------------------------------------
-def save(path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, meta: dict, comm=None):
+def save(
+    path,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    meta: dict,
+    comm=None,
+    best: dict | None = None,
+):
     """Collective: rank 0 writes ``model``'s and ``optimizer``'s state dicts with ``meta``
-    (JSON-able; format and digest are added) to ``path``, atomically: the file is whole or
-    absent, never half written. Returns ``path``."""
+    (JSON-able; format and digest are added) and ``best`` (a state dict of the model, or
+    None) to ``path``, atomically: the file is whole or absent, never half written.
+    Returns ``path``."""
     path = Path(path)
     _on_root(
         comm,
-        lambda: write(path, model.state_dict(), optimizer.state_dict(), meta),
+        lambda: write(path, model.state_dict(), optimizer.state_dict(), meta, best),
         (OSError, RuntimeError),
         lambda e: f"checkpoint {path} cannot be written: {_why(e)}",
     )
@@ -101,13 +112,17 @@ def _why(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
-def write(path, model_state: dict, optimizer_state: dict, meta: dict) -> Path:
+def write(
+    path, model_state: dict, optimizer_state: dict, meta: dict, best: dict | None = None
+) -> Path:
     """Write one checkpoint file (one process; see :func:`save`)."""
     path = Path(path)
     meta = json.loads(json.dumps({**meta, "format": FORMAT}))  # as a reader will see it
     meta.pop("digest", None)
-    meta["digest"] = digest(model_state, optimizer_state, meta)
+    meta["digest"] = digest(model_state, optimizer_state, meta, best)
     state = {"model": model_state, "optimizer": optimizer_state, "meta": json.dumps(meta)}
+    if best is not None:
+        state["best"] = best
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(path) as tmp:
         _save(state, tmp)
@@ -129,12 +144,13 @@ def _save(state: dict, tmp: str) -> None:
         raise
 
 
-def digest(model_state: dict, optimizer_state: dict, meta: dict) -> str:
-    """sha256 (hex) of the two state dicts (dtypes, shapes, bytes) and of meta without its
+def digest(model_state: dict, optimizer_state: dict, meta: dict, best: dict | None = None) -> str:
+    """sha256 (hex) of the state dicts (dtypes, shapes, bytes) and of meta without its
     digest: any change to a weight, a moment or the history changes it."""
     h = hashlib.sha256()
     rest = {k: v for k, v in meta.items() if k != "digest"}
-    _feed(h, {"model": model_state, "optimizer": optimizer_state, "meta": rest})
+    parts = {"model": model_state, "optimizer": optimizer_state, "meta": rest}
+    _feed(h, parts if best is None else {**parts, "best": best})
     return h.hexdigest()
 
 
@@ -216,11 +232,14 @@ def _check_parts(path, raw) -> dict:
     for key, what in PARTS.items():
         if key not in raw:
             raise _error(path, f"is not a whole mgg checkpoint: it has no {key!r} ({what})")
-    model, opt, text = raw["model"], raw["optimizer"], raw["meta"]
-    if not isinstance(model, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items()
-    ):
-        raise _error(path, "has a 'model' that is not a dict of named tensors")
+    model, opt, text, best = raw["model"], raw["optimizer"], raw["meta"], raw.get("best")
+    for key, state in (("model", model), ("best", best)):
+        if key in raw and not _named_tensors(state):
+            raise _error(path, f"has a {key!r} that is not a dict of named tensors")
+    if best is not None and {k: v.shape for k, v in best.items()} != {
+        k: v.shape for k, v in model.items()
+    }:
+        raise _error(path, "has 'best' weights whose names or shapes are not the model's")
     if (
         not isinstance(opt, dict)
         or not isinstance(opt.get("state"), dict)
@@ -241,7 +260,7 @@ def _check_parts(path, raw) -> dict:
         raise _error(path, f"has format {fmt!r} in its meta: not a format mgg writes")
     if fmt > FORMAT:
         raise _error(path, f"has format {fmt}, newer than this mgg reads (up to {FORMAT})")
-    if fmt >= 1 and meta.get("digest") != digest(model, opt, meta):
+    if fmt >= 1 and meta.get("digest") != digest(model, opt, meta, best):
         raise _error(
             path,
             "does not match the digest in its meta: its weights, optimizer state or history "
@@ -252,12 +271,16 @@ def _check_parts(path, raw) -> dict:
         raise _error(path, f"has epoch {epoch!r} in its meta: expected an integer >= 0")
     if not isinstance(meta.get("history", []), list):
         raise _error(path, "has a history in its meta that is not a list")
-    tensors = list(model.items()) + [
-        (f"optimizer state {k!r} of parameter {i}", v)
-        for i, s in opt["state"].items()
-        for k, v in s.items()
-        if isinstance(v, torch.Tensor)
-    ]
+    tensors = (
+        list(model.items())
+        + [(f"best {k}", v) for k, v in (best or {}).items()]
+        + [
+            (f"optimizer state {k!r} of parameter {i}", v)
+            for i, s in opt["state"].items()
+            for k, v in s.items()
+            if isinstance(v, torch.Tensor)
+        ]
+    )
     for name, t in tensors:
         if t.is_floating_point() or t.is_complex():
             bad = int((~torch.isfinite(t)).sum())
@@ -267,7 +290,13 @@ def _check_parts(path, raw) -> dict:
                     f"holds NaN/inf in {name} ({bad} of {t.numel()} values): the run that "
                     "wrote it had diverged; resume from an earlier checkpoint",
                 )
-    return {"model": model, "optimizer": opt, "meta": meta}
+    return {"model": model, "optimizer": opt, "meta": meta, "best": best}
+
+
+def _named_tensors(state) -> bool:
+    return isinstance(state, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    )
 
 
 def check_fit(path, ckpt: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer):
@@ -386,12 +415,14 @@ LABELS = ("dataset", "path")
 FLAGS = {"row_normalize": "--row-normalize", "seed": "--seed"}
 
 
-def check_data(path, meta: dict, data: dict | None) -> str | None:
-    """Refuse a checkpoint whose meta records other data than ``data`` (this job's, as
-    mgg.train.LocalData.identity describes it: the dataset's source, sizes, graph kind and
-    preprocessing flags): any entry that both record, the labels (LABELS) aside, and that
-    differs. Returns a warning where the checkpoint records no data (an older mgg wrote
-    it), None otherwise."""
+def check_data(
+    path, meta: dict, data: dict | None, what: str = "checkpoint", use: str = "resume it"
+) -> str | None:
+    """Refuse a checkpoint (or another file: ``what``, the use of it: ``use``) whose meta
+    records other data than ``data`` (this job's, as mgg.train.LocalData.identity
+    describes it: the dataset's source, sizes, graph kind and preprocessing flags): any
+    entry that both record, the labels (LABELS) aside, and that differs. Returns a warning
+    where the checkpoint records no data (an older mgg wrote it), None otherwise."""
     if not data:
         return None
     theirs = meta.get("data")
@@ -412,10 +443,9 @@ def check_data(path, meta: dict, data: dict | None) -> str | None:
     if diffs:
         names = (theirs.get("dataset"), mine.get("dataset"))
         named = f" ({names[0]!r}; this job: {names[1]!r})" if names[0] != names[1] else ""
-        raise _error(
-            path,
-            f"was trained on other data{named}: {', '.join(diffs)}; resume it on the data "
-            "and with the flags it was trained with",
+        raise CheckpointError(
+            f"{what} {path} was trained on other data{named}: {', '.join(diffs)}; {use} on "
+            "the data and with the flags it was trained with"
         )
     return None
 
@@ -435,12 +465,13 @@ def _shown(identity: dict, key: str) -> str:
 
 def load(
     path, model, optimizer, comm=None, epochs: int | None = None, data: dict | None = None
-) -> dict:
+) -> tuple[dict, dict | None]:
     """Collective: rank 0 reads and checks ``path`` (:func:`read`), every rank gets it,
     checks it was trained on ``data`` (:func:`check_data`, where given; rank 0 warns where
     the checkpoint does not say), fits ``model`` and ``optimizer`` (:func:`check_fit`) and
     the run's total ``epochs`` (:func:`check_epochs`, where given), then loads their
-    states. Returns the checkpoint's meta (epoch, history, graph_config, tuning, ...)."""
+    states. Returns the checkpoint's meta (epoch, history, graph_config, tuning, ...) and
+    its best validation epoch's weights (a state dict, or None)."""
     ckpt = _on_root(
         comm,
         lambda: read(path),
@@ -458,7 +489,7 @@ def load(
         optimizer.load_state_dict(ckpt["optimizer"])
     except (RuntimeError, ValueError, KeyError, TypeError) as e:
         raise _error(path, f"does not fit this model and optimizer: {e}") from None
-    return ckpt["meta"]
+    return ckpt["meta"], ckpt["best"]
 
 
 def restore_knobs(graph, meta: dict, order: str) -> list[str]:

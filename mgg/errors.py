@@ -36,3 +36,7 @@ class DivergedError(MggError, FloatingPointError):
 
 class LaunchError(MggError, RuntimeError):
     """The job was launched wrongly (rank counts, environment, a missing command)."""
+
+
+class ModelError(InputError):
+    """A saved model (mgg train --save) cannot be read, or does not fit the job."""

@@ -27,7 +27,7 @@ from .partition import order as node_order
 from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
-from .torch import SparseRows, as_features, graph_kind, sync_gradients
+from .torch import SparseRows, as_features, graph_kind, save_model, sync_gradients
 from .tuner import Protocol, Workload, drive
 
 FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
@@ -239,8 +239,14 @@ class Trainer:
 
     ``checkpoint_dir``: rank 0 locks it for the trainer's life and fit() writes a
     checkpoint there every ``checkpoint_every`` epochs (0: none between) and after the
-    last. ``tune``: search the knobs (``tune_space``, default the device's) in the first
-    epochs; knobs this job sets (``config``, flags) are held, not searched.
+    last. ``select``: which weights the run ends with (:meth:`summary` leaves the model at
+    them): "best-val", those of the evaluated epoch with the highest validation metric
+    (the earliest of ties; the default where a validation split exists and ``eval_every``
+    evaluates), or "last". ``patience``: fit() stops once that many epochs passed since
+    the best validation epoch (0: never). ``log_dir``: rank 0 writes each epoch's record
+    there (mgg.curves.RunLog: JSON lines, TensorBoard, a PNG at the end). ``tune``:
+    search the knobs (``tune_space``, default the device's) in the first epochs; knobs
+    this job sets (``config``, flags) are held, not searched.
     """
 
     def __init__(
@@ -259,6 +265,9 @@ class Trainer:
         checkpoint_dir=None,
         checkpoint_every: int = 0,
         eval_every: int = 1,
+        select: str | None = None,
+        patience: int = 0,
+        log_dir=None,
         log=None,
         progress_bar=None,
     ):
@@ -303,9 +312,16 @@ class Trainer:
         self.tuning: dict | None = None  # the search's result once it ran
         self.multilabel = data.y.ndim == 2
         self.metric = "rocauc" if self.multilabel else "accuracy"
-        self.train_count = self._sum([float(data.train_mask.sum())])[0]
+        self.train_count, val_count = self._sum(
+            [float(data.train_mask.sum()), float(data.val_mask.sum())]
+        )
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
+        self.select, self.patience = _selection(select, patience, val_count, eval_every)
+        self.best: dict | None = None  # the best validation epoch's record
+        self._best_state: dict | None = None  # its weights (select best-val)
+        self.stopped: int | None = None  # the epoch at which patience ran out
+        self.log_dir, self.run_log = log_dir, None
         # the train rows as indices, once: a boolean mask's indexing waits for the device
         self._train_rows = torch.nonzero(data.train_mask).squeeze(1)
         if isinstance(config, Knobs):
@@ -452,13 +468,15 @@ class Trainer:
 
     # ---- evaluation ------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self) -> dict:
+    def evaluate(self, logits: torch.Tensor | None = None) -> dict:
         """Loss on the train mask and accuracy (multi-label: ROC-AUC) on train, val and test
-        (no dropout); None for a split that is empty (or, ROC-AUC, has no task with both
-        a positive and a negative)."""
+        (no dropout) of the model's ``logits`` [n, C] (None: computed here); None for a
+        split that is empty (or, ROC-AUC, has no task with both a positive and a negative).
+        Collective."""
         d = self.data
-        self.model.eval()
-        logits = self._logits()
+        if logits is None:
+            self.model.eval()
+            logits = self._logits()
         local = [self._loss_sum(logits, self._train_rows)]
         masks = (d.train_mask, d.val_mask, d.test_mask)
         if self.multilabel:
@@ -480,7 +498,7 @@ class Trainer:
     def predict(self) -> tuple[np.ndarray, np.ndarray]:
         """This rank's predictions by original node id, without dropout (collective: the
         forward pass is): (ids int64 [n], classes int64 [n], or for multi-label targets
-        sigmoid scores float32 [n, T])."""
+        sigmoid scores float32 [n, T]). mgg.infer writes every node's to files."""
         self.model.eval()
         logits = self._logits()
         out = torch.sigmoid(logits.float()) if self.multilabel else logits.argmax(1)
@@ -508,15 +526,25 @@ class Trainer:
         return self.comm.bcast(result, root=0)
 
     def summary(self) -> dict:
-        """The final evaluation, losses, median epoch time, communication volume and the
+        """The final evaluation of the selected weights (the model is left at them:
+        :meth:`restore_selected`), losses, median epoch time, communication volume and the
         configuration of the run so far (collective). ``metric``: "accuracy", or "rocauc"
-        for multi-label targets (then in train_acc / val_acc / test_acc)."""
+        for multi-label targets (then in train_acc / val_acc / test_acc); ``selected_epoch``:
+        the epoch whose weights these are; ``stopped_epoch``: where patience stopped fit,
+        or None."""
+        selected = self.restore_selected()
         final = self.evaluate()
+        self.final = {**final, "selected_epoch": selected}
         times = [h["seconds"] for h in self.history]
+        if self.run_log is not None:
+            self.run_log.close(selected if self.select == "best-val" else None)
         return {
             "losses": [h["loss"] for h in self.history],
             **{k: final[k] for k in ("train_acc", "val_acc", "test_acc")},
             "metric": self.metric,
+            "select": self.select,
+            "selected_epoch": selected,
+            "stopped_epoch": self.stopped,
             "epoch_time_s": float(np.median(times)) if times else None,
             "bytes_per_epoch": self.bytes_per_epoch,
             "history": self.history,
@@ -524,6 +552,26 @@ class Trainer:
             "graph_config": self.g.config,
             "tuning": self.tuning,
         }
+
+    def save_model(self, folder) -> Path:
+        """Collective: the model at the weights it holds (after :meth:`summary`, the
+        selected ones) into ``folder``, which must not exist (mgg.torch.save_model), with
+        what uses it again: the rows' dtype, the knobs, the node order, the data it was
+        trained on, and the selected epoch and its scores."""
+        final = getattr(self, "final", {})
+        info = {
+            "dtype": precision.name(self.g.dtype),
+            "knobs": self.g.config,
+            "order": self.data.order,
+            "data": self.data.identity,
+            "metric": self.metric,
+            "epochs": self.epoch,
+            "ranks": self.g.size,
+            "select": self.select,
+            "selected_epoch": final.get("selected_epoch"),
+            "scores": {k: final.get(k) for k in ("train_acc", "val_acc", "test_acc")},
+        }
+        return save_model(folder, self.model, info, self.comm)
 
     # ---- the loop --------------------------------------------------------------------
     def fit(self, epochs: int) -> list[dict]:
@@ -539,6 +587,7 @@ class Trainer:
             checkpoint.check_epochs(self._resumed_from, self.epoch, epochs)
             self._resumed_from = None
         start = self.epoch
+        self._open_log()
         if self.tune and self.tuning is None and self.epoch < epochs:
             self._search(epochs)
         bar = progress(total=epochs, desc="train", unit="epoch", enable=self.progress_bar)
@@ -554,7 +603,9 @@ class Trainer:
                 if self.eval_every and (self.epoch % self.eval_every == 0 or self.epoch == epochs):
                     ev = self.evaluate()  # reads the losses too
                     rec.update({k: ev[k] for k in ("train_acc", "val_acc", "test_acc")})
+                    self._consider(rec)
                 self.history.append(rec)
+                self._write_log()
                 # every epoch of a short run, about 20 lines of a long one
                 line = epochs <= 50 or self.epoch % max(1, epochs // 20) == 0
                 if line and shown:
@@ -574,10 +625,62 @@ class Trainer:
                     )
                 if self.checkpoint_every and self.epoch % self.checkpoint_every == 0:
                     self._checkpoint()
+                if self.patience and self.best and self.epoch - self.best["epoch"] >= self.patience:
+                    self.stopped = self.epoch
+                    if self.log:
+                        self.log(
+                            f"stopped at epoch {self.epoch}: no better validation "
+                            f"{self.metric} in {self.patience} epochs (best: epoch "
+                            f"{self.best['epoch']}, {metric(self.best['val_acc'])})"
+                        )
+                    break
         self.read_losses()
+        self._write_log()
         if self.epoch > start and self._saved != self.epoch:
             self._checkpoint()  # after the last epoch (the search's too)
         return self.history
+
+    def _consider(self, rec: dict) -> None:
+        """Keep ``rec`` (an evaluated epoch's record) as the best one when its validation
+        metric beats the best so far, and under best-val its weights."""
+        val = rec.get("val_acc")
+        if val is None or (self.best is not None and val <= self.best["val_acc"]):
+            return
+        self.best = {k: rec[k] for k in ("epoch", "train_acc", "val_acc", "test_acc")}
+        if self.select == "best-val":
+            self._best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore_selected(self) -> int:
+        """Load the selected weights into the model (best-val: the best validation epoch's,
+        where one was evaluated); returns the selected epoch."""
+        if self.select == "best-val" and self._best_state is not None:
+            self.model.load_state_dict(self._best_state)
+            return self.best["epoch"]
+        return self.epoch
+
+    def _open_log(self) -> None:
+        """Collective: rank 0 opens the run log of ``log_dir`` (with the history so far,
+        after a resume), every rank raising its error."""
+        if self.log_dir is None or self.run_log is not None:
+            return
+        error = None
+        if self.lead:
+            from .curves import RunLog
+
+            try:
+                self.run_log = RunLog(self.log_dir, self.metric, self.history)
+            except (InputError, OSError) as e:
+                error = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
+        if self.comm is not None:
+            error = self.comm.bcast(error, root=0)
+        if error:
+            raise InputError(error)
+        if self.run_log is not None and self.run_log.note and self.log:
+            self.log(f"--log-dir: {self.run_log.note}")
+
+    def _write_log(self) -> None:
+        if self.run_log is not None:
+            self.run_log.add(self.history)
 
     def _checkpoint(self) -> None:
         if self.checkpoint_dir:
@@ -656,9 +759,11 @@ class Trainer:
             "ranks": self.g.size,
             "dtype": precision.name(self.g.dtype),
             "order": self.data.order,
+            "select": self.select,
+            "best": self.best,
             **({"data": self.data.identity} if self.data.identity else {}),
         }
-        return checkpoint.save(path, self.model, self.opt, meta, self.comm)
+        return checkpoint.save(path, self.model, self.opt, meta, self.comm, self._best_state)
 
     def load_checkpoint(self, path, epochs: int | None = None) -> None:
         """Collective: rank 0 reads and validates the checkpoint (tensors and plain data
@@ -668,10 +773,14 @@ class Trainer:
         other data or preprocessing flags than ``data.identity`` (a checkpoint that does not
         say: a warning). ``epochs``: the run's total, which the checkpoint's epoch must not
         exceed (else fit() checks it)."""
-        meta = checkpoint.load(
+        meta, best = checkpoint.load(
             path, self.model, self.opt, self.comm, epochs, data=self.data.identity
         )
         self.epoch = meta["epoch"]
+        self.best = meta.get("best") if isinstance(meta.get("best"), dict) else None
+        self._best_state = best if self.select == "best-val" else None
+        if self.select == "best-val" and self.best is not None and best is None:
+            self.best = None  # a last-selecting run's: no weights to go back to
         self.history = list(meta.get("history", []))
         self._unread = []  # records of steps the checkpoint replaces
         self.tuning = meta.get("tuning")
@@ -679,6 +788,33 @@ class Trainer:
             if self.log:
                 self.log(f"checkpoint {path}: {note}")
         self._resumed_from = path if epochs is None else None  # else checked already
+
+
+SELECT = ("best-val", "last")
+
+
+def _selection(select, patience, val_count: float, eval_every: int) -> tuple[str, int]:
+    """``select`` (None: best-val where a validation split exists and fit evaluates,
+    else last) and ``patience``, checked."""
+    evaluates = bool(eval_every) and val_count > 0
+    if select is None:
+        select = "best-val" if evaluates else "last"
+    if select not in SELECT:
+        raise InputError(f"--select must be one of {', '.join(SELECT)}, got {select!r}")
+    if isinstance(patience, bool) or not isinstance(patience, int | np.integer) or patience < 0:
+        raise InputError(
+            f"--patience must be an integer >= 0 (0: never stop early), got {patience!r}"
+        )
+    for what, wanted in (
+        ("--select best-val", select == "best-val"),
+        (f"--patience {patience}", patience),
+    ):
+        if wanted and not evaluates:
+            why = (
+                "the validation split is empty on every rank" if eval_every else "--eval-every is 0"
+            )
+            raise InputError(f"{what} needs validation scores, but {why}")
+    return select, int(patience)
 
 
 def _seconds(start, end) -> float:

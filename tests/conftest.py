@@ -101,7 +101,7 @@ def mpirun(nprocs: int, *args, timeout: float = 180, env=None):
     import subprocess
     import sys
 
-    full_env = dict(os.environ, MGG_PROGRESS="0", **(env or {}))
+    full_env = {**os.environ, "MGG_PROGRESS": "0", **(env or {})}
     return subprocess.run(
         [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(nprocs), *map(str, args)],
         capture_output=True,
@@ -123,7 +123,7 @@ def run_mgg(*args, env=None, timeout: float = 120):
         text=True,
         timeout=timeout,
         cwd=ROOT,
-        env=dict(os.environ, MGG_PROGRESS="0", **(env or {})),
+        env={**os.environ, "MGG_PROGRESS": "0", **(env or {})},
     )
 
 

@@ -1,4 +1,5 @@
-"""`mgg` command line: `mgg info | partition | plan | check | tune | train | demo | convert`.
+"""`mgg` command line: `mgg info | partition | plan | check | tune | train | predict | embed |
+demo | convert`.
 
 Thin: parse, resolve the backend, comm and dataset, call the library, print. One module
 per command (its flags: ``add``, its run: ``main``), what they share in ``common``. Every
@@ -14,10 +15,10 @@ import os
 import sys
 import time
 
-from . import check, convert, demo, info, partition, plan, train, tune
+from . import check, convert, demo, embed, info, partition, plan, predict, train, tune
 from .common import INPUTS
 
-COMMANDS = (info, partition, plan, check, tune, train, demo, convert)
+COMMANDS = (info, partition, plan, check, tune, train, predict, embed, demo, convert)
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
 
 
@@ -46,6 +47,8 @@ def run(args) -> int:
     from ..comm import abort_job, finalize, job_rank
     from ..errors import GraphError, MggError
 
+    if getattr(args, "json", False):
+        os.environ["MGG_PROGRESS"] = "0"  # --json: no progress bars, whatever stderr is
     previous_hook, sys.unraisablehook = sys.unraisablehook, _interrupt_hook(args.command)
     try:
         code = args.func(args) or 0

@@ -94,6 +94,30 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
         help="epochs between checkpoints (0: only after the last)",
     )
     s.add_argument("--resume", default=None, help="a checkpoint file to continue from")
+    s.add_argument(
+        "--save",
+        default=None,
+        help="write the trained model (at the selected epoch) to this new folder, for mgg "
+        "predict/embed and mgg.torch.load_model",
+    )
+    s.add_argument(
+        "--select",
+        default=None,
+        help="best-val|last: the weights the run ends with, reports and saves (default "
+        "best-val where a validation split exists)",
+    )
+    s.add_argument(
+        "--patience",
+        type=integer(0),
+        default=0,
+        help="stop once this many epochs passed without a better validation score (0: never)",
+    )
+    s.add_argument(
+        "--log-dir",
+        default=None,
+        help="write each epoch's metrics (metrics.jsonl, a TensorBoard event file) and at "
+        "the end curves.png here",
+    )
     s.add_argument("--check-sync", action="store_true", help="check weights agree every step")
     s.add_argument("--json", action="store_true")
 
@@ -106,6 +130,7 @@ def main(args) -> int:
     from ..partition.shards import ShardedDataset
     from ..process import fit_allocator
     from ..torch import MODELS, build_model
+    from ..torch.saved import check_target
     from ..train import Trainer, build_optimizer, metric, prepare
 
     backend = get_backend(args.backend)
@@ -113,6 +138,8 @@ def main(args) -> int:
     knobs = knobs_of(args, backend.takes(design), backend.job(design))
     comm = backend.comm(knobs)  # first: a failing rank now aborts the job
     lead = comm.rank == 0
+    if args.save:
+        check_target(args.save)  # before the run, not after it
     if args.model not in MODELS:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[args.model]
@@ -190,6 +217,9 @@ def main(args) -> int:
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         eval_every=args.eval_every,
+        select=args.select,
+        patience=args.patience,
+        log_dir=args.log_dir,
         log=say,
     )
     if args.resume:
@@ -202,6 +232,8 @@ def main(args) -> int:
             say(f"resumed from {args.resume} at epoch {trainer.epoch}")
     trainer.fit(args.epochs)
     summary = trainer.summary()
+    if args.save:
+        trainer.save_model(args.save)
     dg.free()
     result = {
         "model": args.model,
@@ -215,6 +247,7 @@ def main(args) -> int:
         "num_edges": num_edges,
         "setup_s": setup_s,
         **summary,
+        "saved": args.save,
         "notes": data.notes,
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
         "memory_estimate_mb": round(planned["total"] / 2**20, 1),
@@ -227,6 +260,11 @@ def main(args) -> int:
         say(
             f"final: train {metric(result['train_acc'])}  val {metric(result['val_acc'])}  "
             f"test {metric(result['test_acc'])}"
+            + (
+                f"  (epoch {result['selected_epoch']}, best validation)"
+                if result["select"] == "best-val"
+                else ""
+            )
             + (f"  ·  median epoch {epoch * 1e3:.1f} ms" if epoch is not None else "")
             + (f"  ·  peer rows per epoch {peer / 1e6:.1f} MB" if peer is not None else "")
         )

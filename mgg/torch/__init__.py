@@ -44,6 +44,7 @@ from .ops import (
     sync_gradients,
 )
 from .rows import DistributedModel, Rows
+from .saved import load_model, save_model
 
 __all__ = [
     "aggregate",
@@ -73,6 +74,8 @@ __all__ = [
     "scatter",
     "softmax",
     "Rows",
+    "load_model",
+    "save_model",
     "DistributedModel",
     "edge_ids",
     "BatchNorm",

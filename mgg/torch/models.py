@@ -38,9 +38,11 @@ class Model(nn.Module):
     act = staticmethod(F.relu)
     recompute = False
 
-    def forward(self, x, g):
+    def forward(self, x, g, upto: int | None = None):
+        """Logits [n, classes] over this rank's rows; with ``upto`` = K, the output of
+        layer K (1-based; after its activation unless it is the last): embeddings."""
         last = len(self.convs) - 1
-        for i, conv in enumerate(self.convs):
+        for i, conv in enumerate(self.convs[:upto]):
             x = dropout(x, g, self.p if i else self.p_in, self.training)
 
             def layer(h, conv=conv, i=i):
