@@ -79,8 +79,8 @@ def main() -> None:
         "largest rank's VmHWM; training's from a 2-epoch run at the same P. 2 cores: P = 4 "
         "is oversubscribed, its seconds are not a speed-up."
     )
-    payload = {"spec": spec, "model": args.model, "train_np": args.train_np,
-               "trained": {k: trained[k] for k in ("test_acc", "val_acc", "selected_epoch")}}  # fmt: skip
+    kept = {k: trained[k] for k in ("test_acc", "val_acc", "selected_epoch")}
+    payload = {"spec": spec, "model": args.model, "train_np": args.train_np, "trained": kept}
     write_results("inference", payload, rows, cols, notes)
     plot(rows, RESULTS / "inference.png", spec)
 
