@@ -23,6 +23,9 @@ no OUT, and its temporary folder is swept by the next writer there.
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +39,9 @@ FORMAT = "mgg-output"
 VERSION = 1
 MANIFEST = "manifest.json"
 HINT = "give --out a new folder, or remove this one"
+# test-only: the name of an output whose write stops once every rank's rows are in, before
+# the manifest (a test kills the job there)
+STALL = "MGG_TEST_STALL_OUTPUT"
 
 
 def check_target(out) -> None:
@@ -105,6 +111,9 @@ def write_output(out, rows: dict[str, np.ndarray], ids: np.ndarray, num_nodes: i
             bad = _fill(folder, rows, ids, out, comm)
             if bad:
                 raise InputError(bad)
+            if os.environ.get(STALL) == Path(out).name:
+                print(f"stalled writing {folder}", file=sys.stderr, flush=True)
+                time.sleep(600)
             (folder / MANIFEST).write_text(json.dumps(facts, indent=1))  # then the rename
     except (MggError, OSError) as e:
         _share(comm, _message(e))  # in place of the folder or of the result: peers raise it

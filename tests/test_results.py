@@ -5,6 +5,10 @@ other rank counts, orders and sharded datasets; each bad input refused naming it
 
 import json
 import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -279,6 +283,38 @@ def test_bf16_embeddings_are_stored_as_their_words_and_read_as_bf16(tmp_path):
     emb = infer.read_output(tmp_path / "e")["emb"]
     assert emb.dtype.name == "bfloat16"
     assert torch.equal(torch.from_numpy(np.asarray(emb, np.float32)), rows.float())
+
+
+def test_a_predict_killed_midway_leaves_no_output_and_the_next_one_sweeps_it(saved, tmp_path):
+    """SIGKILL `mgg predict` once its rows are written but not its manifest (stopped there
+    by the test-only infer.STALL): OUT does not exist, the temporary folder is not an
+    output, and the next write beside it removes it."""
+    folder, _ = saved
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "mgg", "predict", "--model", folder, "--dataset", SPEC]
+    env = {**os.environ, "MGG_PROGRESS": "0", infer.STALL: "out"}
+    job = subprocess.Popen([*map(str, argv), "--out", str(out)], stderr=subprocess.PIPE,
+                           stdout=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
+    try:
+        seen = []
+        for line in job.stderr:
+            if line.startswith("stalled writing "):
+                break
+            seen.append(line)
+        else:
+            pytest.fail(f"the job ended before its manifest: {''.join(seen)[-2000:]}")
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+    tmp = Path(line.split()[-1])
+    assert not out.exists() and sorted(os.listdir(tmp_path)) == [tmp.name]
+    assert (tmp / "pred.npy").stat().st_size > 0
+    with pytest.raises(InputError, match="no manifest.json"):
+        infer.read_output(tmp)
+    r = run_mgg(*argv[3:], "--out", out, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # the dead job's folder swept
+    assert last_json(r.stdout)["test_acc"] == saved[1].final["test_acc"]
 
 
 # ---- end to end, at other rank counts -------------------------------------------------------
