@@ -274,6 +274,18 @@ def test_outputs_are_written_by_original_id_and_read_back(tmp_path, rng):
     with pytest.raises(InputError, match="no manifest.json: .*did not finish"):
         infer.read_output(tmp_path / "o")
     assert sorted(os.listdir(tmp_path)) == ["o"]  # nothing temporary left
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OSError, match="cannot write it") as e:
+        infer.write_output(tmp_path / "file" / "out", rows, ids, n, {})
+    assert e.value.filename == str(tmp_path / "file" / "out")
+
+
+def test_unwritable_save_and_log_folders_are_named(saved, ds, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ModelError, match=f"{tmp_path / 'file' / 'm'}: cannot write it"):
+        saved[1].save_model(tmp_path / "file" / "m")
+    with pytest.raises(InputError, match=f"{tmp_path / 'file'}: is a file, not a folder"):
+        make(ds, log_dir=tmp_path / "file").fit(1)
 
 
 def test_bf16_embeddings_are_stored_as_their_words_and_read_as_bf16(tmp_path):
