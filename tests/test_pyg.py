@@ -325,7 +325,7 @@ if comm.rank == 0:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [2, 4])
+@pytest.mark.parametrize("nprocs", [3])  # two peers for the middle rank; 4 oversubscribes CI
 def test_p_ranks_equal_pyg_on_the_whole_graph(tmp_path, rng, nprocs):
     names = ["gcn_improved", "sage_max", "gat_loops", "gatv2", "gcn2", "appnp", "edgeconv"]
     job = tmp_path / "job.py"
