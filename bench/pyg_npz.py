@@ -23,13 +23,14 @@ class Planetoid:
         indptr, src = z["indptr"], z["indices"].astype(np.int64)
         dst = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
         data = Data(
-            x=torch.from_numpy(z["x"]),
+            x=torch.from_numpy(z["x"]) if "x" in z else None,  # pubmed.npz has none
+            num_nodes=indptr.size - 1,
             edge_index=torch.from_numpy(np.stack([src, dst])),
             y=torch.from_numpy(z["y"]),
             **{m: torch.from_numpy(z[m]) for m in ("train_mask", "val_mask", "test_mask")},
         )
         self.data = data if transform is None else transform(data)
-        self.num_features = int(z["x"].shape[1])
+        self.num_features = int(z["x"].shape[1]) if "x" in z else 0
         self.num_classes = int(z["y"].max()) + 1
 
     def __getitem__(self, i):

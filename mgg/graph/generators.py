@@ -130,7 +130,7 @@ class _Rewire:
         return (self.pos % self.num_classes).astype(np.int64)
 
 
-def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progress=False):
+def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progress=None):
     """(src, dst) [num_draws] of the seeded R-MAT stream mapped into [0, n)."""
     _check_abc(a, b, c)
     dt = index_dtype(max(n, 2**scale))
@@ -144,7 +144,7 @@ def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progre
     dst = np.empty(num_draws, index_dtype(n))
     from ..progress import progress as bar
 
-    with bar(total=num_draws, desc="rmat", enable=bool(progress), unit="edge") as pb:
+    with bar(total=num_draws, desc="rmat", enable=progress, unit="edge") as pb:
         for e0 in range(0, num_draws, _CHUNK):
             e1 = min(e0 + _CHUNK, num_draws)
             _rmat_fill(e0, src[e0:e1], dst[e0:e1], scale, ta, tab, tabc, key, perm, n)
@@ -342,7 +342,7 @@ def rmat(
     seed: int = 0,
     symmetric: bool = True,
     permute: bool = True,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Graph:
     """Graph500 R-MAT graph with N = 2**scale nodes from M = edge_factor * N drawn edges.
 
@@ -370,7 +370,7 @@ def rmat_n(
     c: float = 0.19,
     seed: int = 0,
     symmetric: bool = True,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Graph:
     """R-MAT graph with any node count and about ``num_edges`` distinct entries.
 
@@ -649,7 +649,7 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
     feats = spec.features if with_features else 0
     _require(f"{name}:scale={scale}", n, edges, feats)
     rewire = _Rewire.make(n, spec.classes, STANDIN_HOMOPHILY, seed)
-    graph = _rmat_n(n, edges, 0.57, 0.19, 0.19, seed, not spec.directed, False, rewire)
+    graph = _rmat_n(n, edges, 0.57, 0.19, 0.19, seed, not spec.directed, None, rewire)
     meta = {
         "generator": "standin",
         "standin_of": name,
