@@ -348,32 +348,32 @@ def _gcn_oracle(path, state):
 
 @pytest.mark.mpi
 def test_predict_and_embed_match_training_at_other_rank_counts_orders_and_shards(tmp_path):
+    from mgg.cli import main
+
     cora = shared_dataset("cora")
     model, shards = tmp_path / "model", tmp_path / "shards"
     r = mpirun(2, "mgg", "train", "--dataset", cora, "--epochs", "40", "--save", model, "--json")
     assert r.returncode == 0, r.stderr[-2000:]
     trained = last_json(r.stdout)
     assert trained["select"] == "best-val" and trained["saved"] == str(model)
-    r = run_mgg("partition", cora, "--np", "3", "--order", "rcm", "--model", "gcn", "--out", shards)
-    assert r.returncode == 0, r.stderr[-2000:]
+    assert main(["partition", str(cora), "--np", "3", "--order", "rcm", "--out", str(shards)]) == 0
     state = torch.load(model / "model.pt", weights_only=True)
     hidden, logits, z = _gcn_oracle(cora, state)
-    for np_, data in ((1, cora), (3, shards)):  # trained at 2; the shards in rcm order
-        out = tmp_path / f"p{np_}"
-        argv = ("predict", "--model", model, "--dataset", data, "--out", out, "--json")
-        env = {"MGG_PROGRESS": "1"}
-        r = run_mgg(*argv, env=env) if np_ == 1 else mpirun(np_, "mgg", *argv, env=env)
-        assert r.returncode == 0, (np_, r.stderr[-2000:])
-        assert "predict:" not in r.stderr  # no progress under --json
-        got = last_json(r.stdout)
-        assert got["test_acc"] == trained["test_acc"], np_  # the score train reported
-        pred, prob = np.load(out / "pred.npy"), np.load(out / "prob.npy")
-        # the oracle's score from the files alone, by original id
-        test = z["test_mask"]
-        assert np.isclose((pred[test] == z["y"][test]).mean(), trained["test_acc"]), np_
-        assert (pred == logits.argmax(1)).mean() > 0.998, np_  # float32 vs float64 ties
-        np.testing.assert_allclose(prob.sum(1), 1, rtol=1e-5)
-        assert json.loads((out / "manifest.json").read_text())["ranks"] == np_
+    # trained at 2 ranks; predicted at 3 from shards in rcm order
+    out = tmp_path / "pred"
+    r = mpirun(3, "mgg", "predict", "--model", model, "--dataset", shards, "--out", out,
+               "--json", env={"MGG_PROGRESS": "1"})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "predict:" not in r.stderr  # no progress under --json
+    assert last_json(r.stdout)["test_acc"] == trained["test_acc"]  # the score train reported
+    pred, prob = np.load(out / "pred.npy"), np.load(out / "prob.npy")
+    # the oracle's score from the files alone, by original id
+    test = z["test_mask"]
+    assert np.isclose((pred[test] == z["y"][test]).mean(), trained["test_acc"])
+    assert (pred == logits.argmax(1)).mean() > 0.998  # float32 vs float64 ties
+    np.testing.assert_allclose(prob.sum(1), 1, rtol=1e-5)
+    assert json.loads((out / "manifest.json").read_text())["ranks"] == 3
+    # and embedded at 1
     r = run_mgg("embed", "--model", model, "--dataset", cora, "--out", tmp_path / "e",
                 env={"MGG_PROGRESS": "1"})  # fmt: skip
     assert r.returncode == 0, r.stderr[-2000:]

@@ -63,21 +63,21 @@ if comm.rank == 0:
 
 
 @pytest.mark.mpi
-def test_one_and_four_ranks_give_the_same_loss_curves(tmp_path):
+def test_one_and_three_ranks_give_the_same_loss_curves(tmp_path):
     job = tmp_path / "job.py"
     job.write_text(CURVES_JOB % PLANTED)
     runs = {}
-    for p in (1, 4):
+    for p in (1, 3):  # 3: a middle rank with two peers (4 oversubscribes 2 cores)
         r = mpirun(p, "python", job, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
         runs[p] = last_json(r.stdout)
     assert set(runs[1]) == {"gcn", "sage", "gin", "gat"}
     for name, one in runs[1].items():
-        four = runs[4][name]
-        assert len(one["losses"]) == len(four["losses"]) == 50
-        np.testing.assert_allclose(one["losses"], four["losses"], rtol=0, atol=1e-4)
+        three = runs[3][name]
+        assert len(one["losses"]) == len(three["losses"]) == 50
+        np.testing.assert_allclose(one["losses"], three["losses"], rtol=0, atol=1e-4)
         assert one["losses"][-1] < 0.8 * one["losses"][0], name  # it learned something
-        assert abs(one["test_acc"] - four["test_acc"]) <= 0.002, name
+        assert abs(one["test_acc"] - three["test_acc"]) <= 0.002, name
 
 
 @pytest.mark.mpi
