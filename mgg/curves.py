@@ -47,7 +47,7 @@ class RunLog:
         lines = [self._line(h) for h in history]
         with atomic_write(self.path) as tmp:
             Path(tmp).write_text("".join(lines))
-        self.file = open(self.path, "a")  # noqa: SIM115 - open for the run's life
+        self.file = open(self.path, "a")  # open for the run's life
         self.note = None
         try:
             from torch.utils.tensorboard import SummaryWriter

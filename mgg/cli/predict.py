@@ -127,8 +127,8 @@ def main(args) -> int:
         "model": str(args.model),
         "model_digest": saved.get("digest"),
         "dataset": ds.name,
-        "metric": trainer.metric,
-        **{k: scores.get(k) for k in ("train_acc", "val_acc", "test_acc")},
+        **({"metric": trainer.metric} if scores else {}),
+        **{k: scores[k] for k in ("train_acc", "val_acc", "test_acc") if scores},
         **({"layer": layer} if embed else {}),
         **({"dtypes": {"emb": "bfloat16"}} if embed and rows["emb"].dtype.name == "uint16" else {}),
     }
