@@ -91,7 +91,7 @@ def write_output(out, rows: dict[str, np.ndarray], ids: np.ndarray, num_nodes: i
             "shape": list(shapes[k]),
             "stored": v.dtype.name,
             "dtype": dtypes.get(k, v.dtype.name),
-        }  # fmt: skip
+        }
         for k, v in rows.items()
     }
     if rank != 0:
