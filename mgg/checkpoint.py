@@ -21,7 +21,6 @@ work and the others get its result, so every rank raises the same error.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import json
@@ -38,6 +37,7 @@ import torch
 
 from . import precision
 from .atomic import Lock, LockedError, atomic_write, hold, is_temporary, sweep
+from .comm import on_root
 from .errors import CheckpointError
 
 FORMAT = 2  # 2: the best validation epoch's weights ("best")
@@ -61,26 +61,14 @@ def _rank(comm) -> int:
 
 
 def _on_root(comm, fn, catch=(), message=str, share: bool = True):
-    """Collective: ``fn()`` run on rank 0, its value returned there and, with ``share``,
-    on every rank (else None elsewhere); a CheckpointError there, or an exception of a
-    type in ``catch`` (worded by ``message``), raised as a CheckpointError on every rank,
-    so no peer waits on a rank that failed."""
-    value, error = None, None
-    if _rank(comm) == 0:
-        try:
-            # peers wait in bcast while a big file is read or written
-            with contextlib.nullcontext() if comm is None else comm.alone():
-                value = fn()
-        except CheckpointError as e:
-            error = str(e)
-        except catch as e:
-            error = message(e)
-    if comm is not None and comm.size > 1:
-        shared, error = comm.bcast((value if share else None, error), root=0)
-        value = shared if share or comm.rank != 0 else value
-    if error:
-        raise CheckpointError(error)
-    return value
+    """mgg.comm.on_root for checkpoints: a CheckpointError on rank 0, or an exception of a
+    type in ``catch`` (worded by ``message``), raised as a CheckpointError on every rank."""
+
+    def worded(e):
+        return str(e) if isinstance(e, CheckpointError) else message(e)
+
+    catch = (CheckpointError, *(catch if isinstance(catch, tuple) else (catch,)))
+    return on_root(comm, fn, catch, CheckpointError, worded, share)
 
 
 # ---- write -------------------------------------------------------------------------------

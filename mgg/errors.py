@@ -10,6 +10,14 @@ is a bug in mgg and keeps its traceback.
 from __future__ import annotations
 
 
+def one_line(e: BaseException) -> str:
+    """An error as one line for people: an OSError naming a file as ``FILE: why``, else its
+    text (or, without one, its type's name)."""
+    if isinstance(e, OSError) and e.filename is not None and not isinstance(e, MemoryError):
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e) or type(e).__name__
+
+
 class MggError(Exception):
     """A user-facing error: the message names the input and the problem."""
 

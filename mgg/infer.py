@@ -33,7 +33,7 @@ import torch
 
 from . import precision
 from .atomic import atomic_folder, check_new
-from .errors import InputError, MggError
+from .errors import InputError, MggError, one_line
 
 FORMAT = "mgg-output"
 VERSION = 1
@@ -116,7 +116,7 @@ def write_output(out, rows: dict[str, np.ndarray], ids: np.ndarray, num_nodes: i
                 time.sleep(600)
             (folder / MANIFEST).write_text(json.dumps(facts, indent=1))  # then the rename
     except (MggError, OSError) as e:
-        _share(comm, _message(e))  # in place of the folder or of the result: peers raise it
+        _share(comm, one_line(e))  # in place of the folder or of the result: peers raise it
         raise
     _share(comm, facts)
     return facts
@@ -140,12 +140,6 @@ def _fill(folder: Path, rows: dict, ids, out, comm) -> str | None:
         error = f"{Path(out) / Path(e.filename or '').name}: cannot write it: {e.strerror}"
     errors = [error] if comm is None or comm.size == 1 else comm.allgather(error)
     return next((e for e in errors if e), None)
-
-
-def _message(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.filename is not None:
-        return f"{e.filename}: {e.strerror or e}"
-    return str(e) or type(e).__name__
 
 
 def read_output(out) -> dict[str, np.ndarray]:

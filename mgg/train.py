@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from . import checkpoint, optim, precision, process
 from .arrays import to_host
 from .backend import Backend, get_backend
+from .comm import on_root
 from .distgraph import DistGraph
 from .errors import DivergedError, InputError
 from .graph.core import job_graph
@@ -322,6 +323,7 @@ class Trainer:
         self._best_state: dict | None = None  # its weights (select best-val)
         self.stopped: int | None = None  # the epoch at which patience ran out
         self.log_dir, self.run_log = log_dir, None
+        self.final: dict = {}  # summary()'s evaluation of the selected weights
         # the train rows as indices, once: a boolean mask's indexing waits for the device
         self._train_rows = torch.nonzero(data.train_mask).squeeze(1)
         if isinstance(config, Knobs):
@@ -558,7 +560,7 @@ class Trainer:
         selected ones) into ``folder``, which must not exist (mgg.torch.save_model), with
         what uses it again: the rows' dtype, the knobs, the node order, the data it was
         trained on, and the selected epoch and its scores."""
-        final = getattr(self, "final", {})
+        final = self.final
         info = {
             "dtype": precision.name(self.g.dtype),
             "knobs": self.g.config,
@@ -663,18 +665,10 @@ class Trainer:
         after a resume), every rank raising its error."""
         if self.log_dir is None or self.run_log is not None:
             return
-        error = None
-        if self.lead:
-            from .curves import RunLog
+        from .curves import RunLog
 
-            try:
-                self.run_log = RunLog(self.log_dir, self.metric, self.history)
-            except (InputError, OSError) as e:
-                error = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
-        if self.comm is not None:
-            error = self.comm.bcast(error, root=0)
-        if error:
-            raise InputError(error)
+        self.run_log = on_root(self.comm, lambda: RunLog(self.log_dir, self.metric, self.history),
+                               (InputError, OSError), InputError, share=False)  # fmt: skip
         if self.run_log is not None and self.run_log.note and self.log:
             self.log(f"--log-dir: {self.run_log.note}")
 

@@ -127,6 +127,29 @@ def run_mgg(*args, env=None, timeout: float = 120):
     )
 
 
+def kill_when_stalled(argv, env: dict, what: str):
+    """Start ``argv`` (a command one of whose writes is stopped by a test-only STALL
+    variable in ``env``), SIGKILL it once it prints "stalled writing PATH", and return PATH
+    (the temporary it was writing); the test fails if it ends before (``what``: before
+    which write)."""
+    import signal
+    import subprocess
+
+    env = {**os.environ, "MGG_PROGRESS": "0", **env}
+    job = subprocess.Popen([*map(str, argv)], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                           text=True, env=env)  # fmt: skip
+    try:
+        seen = []
+        for line in job.stderr:
+            if line.startswith("stalled writing "):
+                return Path(line.split()[-1])
+            seen.append(line)
+        pytest.fail(f"the job ended before {what}: {''.join(seen)[-2000:]}")
+    finally:
+        job.send_signal(signal.SIGKILL)
+        job.wait()
+
+
 def last_json(stdout: str) -> dict:
     import json
 

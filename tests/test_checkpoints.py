@@ -14,7 +14,6 @@ import struct
 import subprocess
 import sys
 import zipfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,7 +25,7 @@ from mgg.errors import CheckpointError, InputError
 from mgg.graph.specs import resolve
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import last_json, mpirun
+from conftest import kill_when_stalled, last_json, mpirun
 
 SPEC = "planted:nodes=300,classes=3"
 
@@ -447,21 +446,7 @@ def test_a_write_killed_midway_leaves_no_newest_and_the_next_job_sweeps_it(ds, t
     ck = tmp_path / "ck"
     base = [sys.executable, "-m", "mgg", "train", "--dataset", SPEC, "--eval-every", "0"]
     base += ["--checkpoint-dir", str(ck), "--checkpoint-every", "2", "--epochs", "6"]
-    env = dict(os.environ, MGG_PROGRESS="0", **{checkpoint.STALL: "epoch00004.pt"})
-    job = subprocess.Popen(base, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                           env=env)  # fmt: skip
-    try:
-        seen = []
-        for line in job.stderr:
-            if line.startswith("stalled writing "):
-                break
-            seen.append(line)
-        else:
-            pytest.fail(f"the job ended before its second checkpoint: {''.join(seen)[-2000:]}")
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait()
-    tmp = Path(line.split()[-1])
+    tmp = kill_when_stalled(base, {checkpoint.STALL: "epoch00004.pt"}, "its second checkpoint")
     assert sorted(p.name for p in ck.iterdir()) == sorted([".lock", "epoch00002.pt", tmp.name])
     assert tmp.stat().st_size > 0 and atomic.is_temporary(tmp)
     assert checkpoint.latest(ck) == ck / "epoch00002.pt"

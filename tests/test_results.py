@@ -5,10 +5,7 @@ other rank counts, orders and sharded datasets; each bad input refused naming it
 
 import json
 import os
-import signal
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,7 +18,7 @@ from mgg.errors import CheckpointError, InputError, ModelError
 from mgg.graph.specs import resolve
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import last_json, mpirun, run_mgg, shared_dataset
+from conftest import kill_when_stalled, last_json, mpirun, run_mgg, shared_dataset
 
 SPEC = "planted:nodes=400,classes=4"
 
@@ -304,21 +301,7 @@ def test_a_predict_killed_midway_leaves_no_output_and_the_next_one_sweeps_it(sav
     folder, _ = saved
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "mgg", "predict", "--model", folder, "--dataset", SPEC]
-    env = {**os.environ, "MGG_PROGRESS": "0", infer.STALL: "out"}
-    job = subprocess.Popen([*map(str, argv), "--out", str(out)], stderr=subprocess.PIPE,
-                           stdout=subprocess.DEVNULL, text=True, env=env)  # fmt: skip
-    try:
-        seen = []
-        for line in job.stderr:
-            if line.startswith("stalled writing "):
-                break
-            seen.append(line)
-        else:
-            pytest.fail(f"the job ended before its manifest: {''.join(seen)[-2000:]}")
-    finally:
-        job.send_signal(signal.SIGKILL)
-        job.wait()
-    tmp = Path(line.split()[-1])
+    tmp = kill_when_stalled([*argv, "--out", out], {infer.STALL: "out"}, "its manifest")
     assert not out.exists() and sorted(os.listdir(tmp_path)) == [tmp.name]
     assert (tmp / "pred.npy").stat().st_size > 0
     with pytest.raises(InputError, match="no manifest.json"):

@@ -45,7 +45,7 @@ def run(args) -> int:
     """Run ``args.func(args)``: errors print one line and exit 2, from one rank (rank 0's
     abort ends the job); Ctrl-C exits 130 without a traceback."""
     from ..comm import abort_job, finalize, job_rank
-    from ..errors import GraphError, MggError
+    from ..errors import GraphError, MggError, one_line
 
     if getattr(args, "json", False):
         os.environ["MGG_PROGRESS"] = "0"  # --json: no progress bars, whatever stderr is
@@ -57,7 +57,7 @@ def run(args) -> int:
     except KeyboardInterrupt:
         return _interrupted(args.command)
     except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
-        msg = _message(e)
+        msg = one_line(e)
         if isinstance(e, GraphError) and INPUTS and INPUTS[-1] not in msg:
             msg = f"{INPUTS[-1]}: {msg}"  # found past the reader: name the input anyway
     except ModuleNotFoundError as e:
@@ -111,13 +111,6 @@ def _interrupted(command: str, exit_now: bool = False) -> int:
         abort_job(130)
         os._exit(130)
     return 130
-
-
-def _message(e: BaseException) -> str:
-    """One line: the error's text, or for an OSError without one its strerror and file."""
-    if isinstance(e, OSError) and e.filename is not None and not isinstance(e, MemoryError):
-        return f"{e.filename}: {e.strerror or e}"
-    return str(e) or type(e).__name__
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .base import WINDOWS, Comm, SymmetricArray
+from .base import WINDOWS, Comm, SymmetricArray, on_root
 
 __all__ = [
     "WINDOWS",
@@ -13,6 +13,7 @@ __all__ = [
     "finalize",
     "get_comm",
     "job_rank",
+    "on_root",
 ]
 
 _world = {}

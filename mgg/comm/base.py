@@ -7,6 +7,7 @@ import contextlib
 
 import numpy as np
 
+from ..errors import one_line
 from ..knobs import WINDOWS  # noqa: F401 - the job's windows, mgg.comm.WINDOWS to the designs
 
 
@@ -105,3 +106,24 @@ class SymmetricArray:
 
     def free(self) -> None:
         raise NotImplementedError
+
+
+def on_root(comm, fn, catch: tuple = (), error=RuntimeError, message=one_line, share=True):
+    """Collective over ``comm`` (None: one process): ``fn()`` run on rank 0 (its peers
+    waiting, as long as it takes: Comm.alone), its value returned there and, with
+    ``share``, on every rank (else None elsewhere); an exception of a type in ``catch``
+    there raised on every rank as ``error(message(e))``, so no peer waits on a rank that
+    failed."""
+    value, problem = None, None
+    if comm is None or comm.rank == 0:
+        try:
+            with contextlib.nullcontext() if comm is None else comm.alone():
+                value = fn()
+        except catch as e:
+            problem = message(e)
+    if comm is not None and comm.size > 1:
+        shared, problem = comm.bcast((value if share else None, problem), root=0)
+        value = shared if share or comm.rank != 0 else value
+    if problem:
+        raise error(problem)
+    return value

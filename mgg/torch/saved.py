@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..atomic import atomic_folder, check_new
+from ..comm import on_root
 from ..errors import ModelError
 from .models import MODELS, build_model
 
@@ -43,16 +44,7 @@ def save_model(folder, model: torch.nn.Module, info: dict, comm=None) -> Path:
     names it) with ``info`` (JSON-able) into ``folder``, which must not exist; every rank
     raises its error. Returns ``folder``."""
     folder = Path(folder)
-    error = None
-    if comm is None or comm.rank == 0:
-        try:
-            _write(folder, model, info)
-        except (ModelError, OSError) as e:
-            error = f"{e.filename}: {e.strerror}" if isinstance(e, OSError) else str(e)
-    if comm is not None and comm.size > 1:
-        error = comm.bcast(error, root=0)
-    if error:
-        raise ModelError(error)
+    on_root(comm, lambda: _write(folder, model, info), (ModelError, OSError), ModelError)
     return folder
 
 
@@ -147,17 +139,7 @@ def load_model(folder, comm=None) -> torch.nn.Module:
     dtype, knobs, node order, the data it was trained on, the selected epoch and its
     scores). Collective with ``comm``: rank 0 reads and checks the files, every rank gets
     the model (or rank 0's ModelError)."""
-    value, error = None, None
-    if comm is None or comm.rank == 0:
-        try:
-            value = read_model(folder)
-        except ModelError as e:
-            error = str(e)
-    if comm is not None and comm.size > 1:
-        value, error = comm.bcast((value, error), root=0)
-    if error:
-        raise ModelError(error)
-    meta, state = value
+    meta, state = on_root(comm, lambda: read_model(folder), (ModelError,), ModelError)
     info = Path(folder) / INFO
     cfg = dict(meta.get("config") or {})
     try:
