@@ -175,6 +175,26 @@ def test_prepare_takes_torch_bfloat16_and_layers_keep_bf16_rows():
     assert torch.isfinite(conv.att_src.grad).all()
 
 
+def test_gcn2_in_bf16_is_float32s_up_to_rounding():
+    """GCN2Conv's fused op (mgg.torch.ops.gcn2) in bf16: rows and output bf16, the
+    weight's gradient float32, both within bf16's rounding of the float32 run's."""
+    ds = resolve("planted:nodes=200,classes=3,features=8")
+    got = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        dg, data = prepare(ds, None, "gcn", dtype=dtype)
+        torch.manual_seed(0)
+        conv = mt.GCN2Conv(8, alpha=0.2, theta=0.5, layer=1)
+        x = data.x.detach().requires_grad_()
+        y = conv(x, data.x, dg)
+        assert y.dtype == dtype
+        y.float().square().sum().backward()
+        assert conv.weight1.grad.dtype == torch.float32
+        got[dtype] = y.float().detach(), conv.weight1.grad, x.grad.float()
+    for f32, b16 in zip(got[torch.float32], got[torch.bfloat16], strict=True):
+        assert float(f32.abs().max()) > 0.1
+        torch.testing.assert_close(b16, f32, rtol=0.03, atol=0.03 * float(f32.abs().max()))
+
+
 @pytest.mark.parametrize("model", ["gcn", "sage", "gat"])
 def test_bf16_training_follows_the_float32_loss_curve_on_cora(model):
     """50 epochs: every bf16 loss within 1% of the float32 run's. (GIN, with sum

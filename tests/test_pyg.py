@@ -81,6 +81,11 @@ CASES = {
         lambda: pyg.GCN2Conv(FIN, alpha=0.1, theta=0.5, layer=3),
         ("x0",),
     ),
+    "gcn2_raw": (  # normalize=False on an unweighted graph: the fused op's plain sum
+        lambda: mt.GCN2Conv(FIN, alpha=0.3, theta=0.5, layer=2, normalize=False),
+        lambda: pyg.GCN2Conv(FIN, alpha=0.3, theta=0.5, layer=2, normalize=False),
+        ("x0",),
+    ),
     "gcn2_two_weights": (
         lambda: mt.GCN2Conv(FIN, alpha=0.2, theta=1.0, layer=1, shared_weights=False),
         lambda: pyg.GCN2Conv(FIN, alpha=0.2, theta=1.0, layer=1, shared_weights=False),
@@ -205,7 +210,7 @@ def test_layer_equals_pyg(rng, name):
 
 
 @pytest.mark.parametrize(
-    "name", ["gcn", "gcn_improved", "gat_loops", "sage_sum", "sage_mean", "appnp"]
+    "name", ["gcn", "gcn_improved", "gat_loops", "sage_sum", "sage_mean", "appnp", "gcn2"]
 )
 def test_generic_path_equals_fused(rng, name):
     """fuse=False runs message/aggregate by index ops: the same numbers as mgg's kernels."""

@@ -43,6 +43,7 @@ from .ops import (
     edge_dropout,
     edge_ids,
     edge_index,
+    gcn2,
     halo,
     like,
 )
@@ -642,8 +643,12 @@ class GCN2Conv(_GCNLike):
     def forward(self, x, x_0, g, edge_weight=None) -> torch.Tensor:
         check_graph(g, "GCN2Conv")
         gg, w, loops = self.adjacency(g, edge_weight)
+        if x_0.shape[0] != x.shape[0]:
+            x_0 = x_0[: x.shape[0]]
+        if self.weight2 is None and isinstance(w, str) and loops is None and self.fusing():
+            return gcn2(x, x_0, self.weight1, gg, w, self.alpha, self.beta)
         h = self.spread(gg, x, w, loops)
-        x_0, b = x_0[: x.shape[0]].to(h.dtype), self.beta
+        x_0, b = x_0.to(h.dtype), self.beta
         w1 = like(self.weight1, h)
         if self.weight2 is None:
             out = torch.lerp(h, x_0, self.alpha)  # (1 - α) h + α x₀ in one pass
