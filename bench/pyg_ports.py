@@ -148,7 +148,9 @@ def main():
         cols,
         notes,
     )
-    logs = "\n".join(f"## {k} {r}\n{v['log']}" for k, d in runs.items() for r, v in d.items())
+    logs = "\n".join(
+        f"## {k} {r}\n{v['log']}" for k, d in runs.items() for r, v in d.items() if "log" in v
+    )
     write_atomic(RESULTS / "pyg_ports.log", logs)
     plot(runs)
 
