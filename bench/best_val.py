@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, SHARED_DATA, mgg_json, write_results  # noqa: E402
+from common import RESULTS, SHARED_DATA, csv_list, mgg_json, write_results  # noqa: E402
 
 DATASETS = ("cora", "pubmed")
 MODELS = ("gcn", "gat")
@@ -193,13 +193,6 @@ def plot(summary: list[dict], path: Path, seeds: int) -> None:
     plt.close(fig)
 
 
-def _csv(text: str, allowed=None, cast=str) -> list:
-    vals = [cast(v) for v in text.split(",") if v]
-    if not vals or (allowed is not None and any(v not in allowed for v in vals)):
-        raise SystemExit(f"best_val: {text!r}: choose from {', '.join(map(str, allowed))}")
-    return vals
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
@@ -207,9 +200,9 @@ def main() -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--epochs", type=int, default=200)
     args = ap.parse_args()
-    datasets = _csv(args.datasets, DATASETS)
-    models = _csv(args.models, MODELS)
-    seeds = _csv(args.seeds, cast=int)
+    datasets = csv_list(args.datasets, DATASETS)
+    models = csv_list(args.models, MODELS)
+    seeds = csv_list(args.seeds, cast=int)
     missing = [d for d in datasets if not (SHARED_DATA / f"{d}.npz").exists()]
     for d in missing:
         print(f"best_val: {SHARED_DATA / d}.npz is absent: {d} skipped")

@@ -34,7 +34,7 @@ from subprocess import PIPE
 
 import numpy as np
 
-from common import RESULTS, ROOT, SHARED_DATA, write_atomic, write_results
+from common import RESULTS, ROOT, SHARED_DATA, csv_list, write_atomic, write_results
 
 MODELS = ("gcn", "sage", "gin", "gat")
 DATASETS = ("cora", "pubmed", "amazon_computers", "coauthor_cs")
@@ -296,14 +296,6 @@ def plot(rows: list[dict], agree: list[dict], runs: list[dict], path: Path) -> N
     plt.close(fig)
 
 
-def _csv(text: str, allowed=None, cast=str) -> list:
-    vals = [cast(v) for v in text.split(",") if v]
-    bad = [v for v in vals if allowed is not None and v not in allowed]
-    if bad or not vals:
-        raise SystemExit(f"bf16_accuracy: {text!r}: choose from {', '.join(map(str, allowed))}")
-    return vals
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(MODELS))
@@ -315,11 +307,11 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep the runs of the results file")
     ap.add_argument("--out-dir", default=None, help="default: bench/results")
     args = ap.parse_args()
-    models = _csv(args.models, MODELS)
-    datasets = _csv(args.datasets, DATASETS)
-    ranks = sorted(_csv(args.ranks, cast=int))
-    seeds = _csv(args.seeds, cast=int)
-    dtypes = _csv(args.dtypes, DTYPES)
+    models = csv_list(args.models, MODELS)
+    datasets = csv_list(args.datasets, DATASETS)
+    ranks = sorted(csv_list(args.ranks, cast=int))
+    seeds = csv_list(args.seeds, cast=int)
+    dtypes = csv_list(args.dtypes, DTYPES)
     if not SHARED_DATA.is_dir():
         print(f"bf16_accuracy: {SHARED_DATA} is absent: nothing to measure (skipped)")
         return 0

@@ -50,6 +50,16 @@ def compare(fns: dict, repeat: int = 9, warmup: int = 1) -> dict:
     return {k: float(np.median(v)) for k, v in times.items()}
 
 
+def csv_list(text: str, allowed=None, cast=str) -> list:
+    """A comma-separated flag's values, cast; SystemExit naming the script and the choices
+    where it is empty or holds a value not in ``allowed``."""
+    vals = [cast(v) for v in text.split(",") if v]
+    if not vals or (allowed is not None and any(v not in allowed for v in vals)):
+        choices = f": choose from {', '.join(map(str, allowed))}" if allowed else ": empty"
+        raise SystemExit(f"{Path(sys.argv[0]).stem}: {text!r}{choices}")
+    return vals
+
+
 def machine() -> dict:
     cpu = platform.processor() or platform.machine()
     try:

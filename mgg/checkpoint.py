@@ -38,7 +38,7 @@ import torch
 from . import precision
 from .atomic import Lock, LockedError, atomic_write, hold, is_temporary, sweep
 from .comm import on_root
-from .errors import CheckpointError
+from .errors import CheckpointError, first_line
 
 FORMAT = 2  # 2: the best validation epoch's weights ("best")
 LOCK = ".lock"
@@ -97,7 +97,7 @@ def save(
 def _why(e: Exception) -> str:
     if isinstance(e, OSError) and e.errno:
         return "no space left on device" if e.errno == errno.ENOSPC else os.strerror(e.errno)
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    return first_line(e)
 
 
 def write(
@@ -209,8 +209,7 @@ def read(path) -> dict:
             "plain data; mgg does not run pickled code",
         ) from None
     except Exception as e:  # noqa: BLE001 - torch's reader raises many kinds; named below
-        line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise _error(path, f"cannot be read: {type(e).__name__}: {line}") from None
+        raise _error(path, f"cannot be read: {type(e).__name__}: {first_line(e)}") from None
     return _check_parts(path, raw)
 
 

@@ -18,6 +18,12 @@ def one_line(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """The first line of an error's text (at most ``limit`` characters), or its type's
+    name: a library's multi-line message (torch's readers) inside one of mgg's."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:limit]
+
+
 class MggError(Exception):
     """A user-facing error: the message names the input and the problem."""
 

@@ -29,7 +29,7 @@ import torch
 
 from ..atomic import atomic_folder, check_new
 from ..comm import on_root
-from ..errors import ModelError
+from ..errors import ModelError, first_line
 from .models import MODELS, build_model
 
 FORMAT = "mgg-model"
@@ -124,8 +124,7 @@ def read_model(folder) -> tuple[dict, dict]:
     try:
         state = torch.load(weights, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        line = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise ModelError(f"{weights}: unreadable ({line})") from None
+        raise ModelError(f"{weights}: unreadable ({first_line(e)})") from None
     if not isinstance(state, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
