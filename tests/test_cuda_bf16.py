@@ -63,6 +63,29 @@ NVRTC_CLASSES = [
 # D (one head) reaching every bf16 class but (1, 2) (D = 2 with 2 heads): 1-, 2- and 8-element
 # lanes, groups, one and two vectors a lane, the generic kernel
 DIMS = (1, 2, 3, 4, 5, 6, 8, 9, 10, 16, 17, 18, 24, 33, 34, 64, 65, 66, 128, 130, 136, 264, 520)
+# the weighted test's D: heads (None: one weight per edge, [E]), reaching every bf16 class
+WEIGHTED_CASES = {
+    1: (None,),
+    2: (None, 2),
+    3: (3,),
+    4: (None, 2),
+    6: (None, 3),
+    8: (None, 8),
+    9: (3,),
+    16: (None, 2, 8),
+    18: (None, 2),
+    24: (3,),
+    34: (2,),
+    36: (None,),
+    64: (None, 8),  # GAT's 8 heads of 8: 8-element lanes
+    65: (None,),
+    100: (4,),
+    128: (None, 4, 32),
+    136: (1,),
+    264: (None, 8),
+    300: (3,),
+    520: (None,),
+}
 V100 = Device("Tesla V100-SXM2-16GB", 80, 96 * 1024, 96 * 1024, cc=(7, 0))
 nvcc_only = pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
 
@@ -599,6 +622,12 @@ def weighted_oracle(p, x, halo, wl, wr):
     return out
 
 
+def test_the_weighted_cases_reach_every_bf16_class():
+    """Checked here, not only where a GPU runs the weighted test below."""
+    got = {width_class(d, h or 1, 2) for d, hs in WEIGHTED_CASES.items() for h in hs}
+    assert got == set(BF16_CLASSES)
+
+
 @gpu
 @pytest.mark.gpu
 def test_bf16_weighted_sums_per_edge_and_per_head(rng):
@@ -612,26 +641,7 @@ def test_bf16_weighted_sums_per_edge_and_per_head(rng):
     from mgg.kernels.cuda import aggregate_halo
 
     g = random_graph(rng, 1200, 15_000, hub_src=True, isolated=20)
-    cases = {  # D: heads (None: one weight per edge, [E])
-        1: (None,),
-        2: (None, 2),
-        3: (3,),
-        6: (None, 3),
-        8: (None, 8),
-        16: (None, 2, 8),
-        24: (3,),
-        34: (2,),
-        64: (None, 8),  # GAT's 8 heads of 8: 8-element lanes
-        65: (None,),
-        100: (4,),
-        128: (None, 4, 32),
-        136: (1,),
-        264: (8,),
-        300: (3,),
-        520: (None,),
-    }
-    assert {width_class(d, h or 1, 2) for d, hs in cases.items() for h in hs} == set(BF16_CLASSES)
-    for dim, head_counts in cases.items():
+    for dim, head_counts in WEIGHTED_CASES.items():
         xb = widen(bf16_bits(rng.standard_normal((1200, dim))))
         for p in build_plan(g, 1, 8) + build_plan(g, 3, 8):
             xs, halo = xb[p.lb : p.ub], gather_halo(p, xb)

@@ -38,7 +38,8 @@ def test_a_stage_runs_its_steps_within_their_limits_and_records_each(tmp_path):
             py(f"""
                 import json
                 s = json.load(open({str(out / "stage.json")!r}))
-                print("steps so far:", [x["step"] for x in s["steps"]])
+                print("steps so far:", [x["step"] for x in s["steps"]], s["ok"])
+                print("in flight:", s["steps"][-1]["why"])
             """),
             30,
         ),
@@ -79,9 +80,11 @@ def test_a_stage_runs_its_steps_within_their_limits_and_records_each(tmp_path):
     pid = int(pidfile.read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
-    # stage.json was rewritten after each step (the second step read the first's record)
+    # stage.json was rewritten after each step (the second step read the first's record),
+    # and says of the step in flight that a command killed now cut it
     log = (out / "stage.log").read_text()
-    assert "steps so far: ['ok']" in log
+    assert "steps so far: ['ok', 'reads-summary'] False" in log
+    assert "in flight: cut: the command ended during this step" in log
     assert "hello from ok" in log and "about to fail" in log and "started" in log
     on_disk = json.loads((out / "stage.json").read_text())
     assert [s["step"] for s in on_disk["steps"]] == [s.name for s in steps]

@@ -465,6 +465,15 @@ def run_stage(stage: Stage, out: Path, env: dict, summary: dict, budget=STAGE_BU
                 head = f"== {stage.name}/{step.name} (limit {limit:.0f} s): "
                 log.write(head + shlex.join(step.argv) + "\n")
                 print(head + shlex.join(step.argv), flush=True)
+                # a command killed during this step leaves this record, not silence
+                cut = {
+                    "step": step.name,
+                    "ok": False,
+                    "why": "cut: the command ended during this step",
+                }
+                write_json(
+                    out / "stage.json", {**summary, "ok": False, "steps": summary["steps"] + [cut]}
+                )
                 rec = run_step(step, limit, env, log)
                 log.write(f"== {step.name}: {'ok' if rec['ok'] else rec['why']}\n")
             summary["steps"].append(rec)
