@@ -245,13 +245,14 @@ def complete(ds: Dataset, seed: int = 0) -> Dataset:
     return Dataset(ds.name, ds.graph, x, y, *masks, num_classes=c)
 
 
-def default_trainer(dg, data, name: str):
+def default_trainer(dg, data, name: str, **kw):
     """A Trainer of the registered model ``name`` with its defaults (Adam, its lr and
-    weight decay) on the job's device, without evaluation between steps."""
+    weight decay) on the job's device, without evaluation between steps (``kw``: more
+    Trainer options)."""
     import mgg.torch as mt
     from mgg.train import Trainer, build_optimizer
 
     spec = mt.MODELS[name]
     model = mt.build_model(name, data.num_features, data.num_classes).to(data.y.device)
     opt = build_optimizer("adam", model, spec.lr, spec.weight_decay)
-    return Trainer(dg, data, model, opt, eval_every=0)
+    return Trainer(dg, data, model, opt, eval_every=0, **kw)

@@ -84,6 +84,9 @@ class DistGraph:
         self._derived: dict[str, DistGraph] = {}
         self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
+        # a captured step's keys: int64 [SLOTS] on the device that dropout kernels read
+        # their key from (mgg.torch.graphs fills it before each replay); None: by value
+        self.key_slots = None
 
     @classmethod
     def build(
@@ -197,12 +200,18 @@ class DistGraph:
         k = self.keys
         k.step, k.dropout_stream = int(step), 0
 
-    def next_dropout_key(self) -> np.uint64:
-        """The key of the next dropout mask of this step (same sequence on every rank)."""
+    def next_dropout_key(self) -> tuple[np.uint64, object]:
+        """(key, key_at) of the next dropout mask of this step (same sequence on every
+        rank): key_at is None, or the device slot [1] that holds the key while key_slots
+        is set (a step being captured reads its keys from there)."""
         k = self.keys
-        key = key64(k.seed, k.step, k.dropout_stream)
+        i, key = k.dropout_stream, key64(k.seed, k.step, k.dropout_stream)
         k.dropout_stream += 1
-        return key
+        if k.key_slots is None:
+            return key, None
+        if i >= len(k.key_slots):
+            raise RuntimeError(f"a captured step draws more than {len(k.key_slots)} dropout masks")
+        return key, k.key_slots[i : i + 1]
 
     @property
     def config(self) -> dict:

@@ -29,6 +29,7 @@ from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
 from .torch import SparseRows, as_features, graph_kind, save_model, sync_gradients
+from .torch.graphs import CapturedStep
 from .tuner import Protocol, Workload, drive
 
 FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
@@ -247,7 +248,9 @@ class Trainer:
     the best validation epoch (0: never). ``log_dir``: rank 0 writes each epoch's record
     there (mgg.curves.RunLog: JSON lines, TensorBoard, a PNG at the end). ``tune``:
     search the knobs (``tune_space``, default the device's) in the first epochs; knobs
-    this job sets (``config``, flags) are held, not searched.
+    this job sets (``config``, flags) are held, not searched. ``cuda_graph``: on a GPU, one
+    rank, the step is captured as a CUDA graph after a few eager steps and replayed
+    (mgg.torch.graphs): the same step with no host work.
     """
 
     def __init__(
@@ -271,6 +274,7 @@ class Trainer:
         log_dir=None,
         log=None,
         progress_bar=None,
+        cuda_graph: bool = False,
     ):
         if data.x.shape[0] != graph.num_local_nodes:
             raise ValueError(
@@ -332,6 +336,20 @@ class Trainer:
             graph.configure(**config)
         if tune:
             self.tune_space = self._space(tune_space)
+        self._captured = self._captured_step() if cuda_graph else None
+
+    def _captured_step(self) -> CapturedStep:
+        """The step as a CUDA graph (mgg.torch.graphs), where this job can replay one."""
+        why = None
+        if not self.g.backend.gpu:
+            why = "it needs --backend cuda"
+        elif self.comm is not None:
+            why = "it runs one rank (a step with peers exchanges rows and gradients over MPI)"
+        elif self.tune:
+            why = "--tune changes the knobs between steps; tune first (mgg tune), then --config"
+        if why:
+            raise InputError(f"--cuda-graph: {why}")
+        return CapturedStep(self.g, self._step_body, self.data.y.device)
 
     def _space(self, grid: dict | None) -> dict:
         """The tuner's space with the knobs this job sets (config, flags) held at their
@@ -364,24 +382,31 @@ class Trainer:
         gradients' allreduce when P > 1: MPI is not CUDA-aware). Returns its history record
         {"epoch", "loss", "seconds"}; loss and seconds stay None until :meth:`read_losses`
         reads them (fit does where it prints or evaluates, at checkpoints and at its end;
-        at the latest after UNREAD_MAX steps)."""
+        at the latest after UNREAD_MAX steps). With ``cuda_graph``: a replay of the
+        captured step, after its first eager ones."""
         start = self._mark()
+        step = self._step_body if self._captured is None else self._captured
+        loss = step(self.epoch)
+        self.epoch += 1
+        if self.check_sync:
+            self._check_weights_agree()
+        rec = {"epoch": self.epoch, "loss": None, "seconds": None}
+        self._unread.append(_Unread(rec, loss, start, self._mark()))
+        if len(self._unread) >= UNREAD_MAX:
+            self.read_losses()
+        return rec
+
+    def _step_body(self, epoch: int) -> torch.Tensor:
+        """Forward, loss, backward, gradient sum, optimizer step: the step's loss (0-d)."""
         self.model.train()
-        self.g.begin_step(self.epoch)
+        self.g.begin_step(epoch)
         self.opt.zero_grad()
         logits = self._logits()
         loss = self._loss_sum(logits, self._train_rows) / self.train_count
         loss.backward()
         sync_gradients(self.model.parameters(), self.comm)
         self.opt.step()
-        self.epoch += 1
-        if self.check_sync:
-            self._check_weights_agree()
-        rec = {"epoch": self.epoch, "loss": None, "seconds": None}
-        self._unread.append(_Unread(rec, loss.detach(), start, self._mark()))
-        if len(self._unread) >= UNREAD_MAX:
-            self.read_losses()
-        return rec
+        return loss.detach()
 
     def read_losses(self, extra=()) -> np.ndarray:
         """Collective: fill in the loss (summed over the ranks) and seconds of every step
@@ -782,6 +807,9 @@ class Trainer:
             if self.log:
                 self.log(f"checkpoint {path}: {note}")
         self._resumed_from = path if epochs is None else None  # else checked already
+        if self._captured is not None:  # a captured step holds the old state and designs
+            self._captured.close()
+            self._captured = self._captured_step()
 
 
 SELECT = ("best-val", "last")

@@ -257,7 +257,11 @@ def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
         params = ptx_params(nvrtc_ptx(lib, SOURCE.read_text(), opts), "mgg_aggregate")
         assert len(params) == 19 and params[-3:] == ["u32"] * 3
     ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
-    assert len(ptx_params(ptx, "mgg_edge_dropout")) == 9
+    # each dropout kernel's last parameter is key_at, a pointer (a captured step's key)
+    for kernel, count in (("mgg_edge_dropout", 10), ("mgg_dropout_dense", 9)):
+        assert ptx_params(ptx, kernel)[-1] == "u64" and len(ptx_params(ptx, kernel)) == count
+    assert len(ptx_params(ptx, "mgg_dropout_dense_bf16")) == 9
+    assert len(ptx_params(ptx, "mgg_dropout_csr")) == 10
     assert len(ptx_params(ptx, "mgg_sddmm")) == 9
 
 
@@ -797,6 +801,46 @@ def test_a_training_step_never_waits_for_the_gpu(model):
     assert launches > 0, "the profiler recorded no kernel launch: the check would be void"
     assert waits == [], waits
     np.testing.assert_allclose(losses[True], losses[False], rtol=1e-4, atol=1e-6)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["gcn", "sage", "gin", "gat"])
+def test_a_captured_step_trains_as_the_eager_step_does(model):
+    """--cuda-graph: after WARMUP eager steps the step is captured once and replayed. Every
+    step's loss and the final weights equal those of eager steps from the same start
+    (dropout masks read from the key slots, GIN's batch statistics, Adam's state), and a
+    replayed step makes no synchronizing torch call."""
+    import torch
+
+    import mgg.torch as mt
+    from mgg.graph.generators import planted_partition
+    from mgg.torch.graphs import WARMUP
+    from mgg.train import Trainer, build_optimizer, prepare
+
+    ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
+    runs = {}
+    for captured in (False, True):
+        torch.manual_seed(0)
+        dg, data = prepare(ds, None, model, backend="cuda")
+        m = mt.build_model(model, data.num_features, data.num_classes).to(data.y.device)
+        opt = build_optimizer("adam", m, 0.01, 5e-4)
+        t = Trainer(dg, data, m, opt, eval_every=0, cuda_graph=captured)
+        steps = [t.train_step() for _ in range(WARMUP + 1)]  # the last one captures
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            steps += [t.train_step() for _ in range(5)]
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        t.read_losses()
+        assert (t._captured is not None and t._captured.graph is not None) == captured
+        runs[captured] = ([s["loss"] for s in steps], [p.detach().cpu() for p in m.parameters()])
+        dg.free()
+    (got, got_w), (want, want_w) = runs[True], runs[False]
+    assert len(set(want)) == len(want)  # it trains: every step's loss differs
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    for a, b in zip(got_w, want_w, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 @gpu

@@ -199,6 +199,51 @@ def test_dropout_masks_are_keyed_by_step_and_call(rng):
     # that a rank of a P-rank job draws the same entries: test_p_ranks_equal_one_process
 
 
+def test_a_captured_steps_key_slots_draw_the_eager_steps_masks(rng):
+    """A CUDA graph replays its kernels with fixed arguments, so a captured step's dropout
+    kernels read their keys from key_slots, which mgg.torch.graphs fills before each
+    replay (step_keys). The kernels' CPU twins read the slots too: the masks a step draws
+    from its slots are the masks an eager step draws, and the slots, not the host's step,
+    decide them."""
+    from mgg.torch.graphs import SLOTS, step_keys
+
+    g = DistGraph.build(random_graph(rng, 60, 300), None)
+    g.keys.seed = 11
+    x = torch.randn(60, 9)
+
+    def draws(step):
+        g.begin_step(step)
+        masks = [mt.dropout(x, g, 0.5), mt.dropout(x, g, 0.3)]
+        return masks + [mt.edge_dropout(torch.ones(g.plan.num_edges, 2), g, 0.5)]
+
+    eager = {s: draws(s) for s in (5, 6)}
+    g.keys.key_slots = torch.from_numpy(step_keys(11, 5))
+    for got, want in zip(draws(5), eager[5], strict=True):
+        assert torch.equal(got, want)
+    for got, want in zip(draws(6), eager[5], strict=True):  # the host says 6, slots say 5
+        assert torch.equal(got, want)
+    assert not torch.equal(eager[5][0], eager[6][0])
+    g.keys.key_slots = torch.from_numpy(step_keys(11, 6))
+    assert torch.equal(draws(5)[0], eager[6][0])
+    g.begin_step(0)
+    with pytest.raises(RuntimeError, match=f"more than {SLOTS} dropout masks"):
+        for _ in range(SLOTS + 1):
+            mt.dropout(x, g, 0.5)
+    g.keys.key_slots = None
+
+
+def test_a_cuda_graph_step_is_refused_where_it_cannot_replay(rng):
+    from mgg.errors import InputError
+    from mgg.graph.generators import planted_partition
+    from mgg.train import Trainer, build_optimizer, prepare
+
+    dg, data = prepare(planted_partition(200, 3, avg_degree=5, num_features=6, seed=0))
+    m = mt.build_model("gcn", data.num_features, data.num_classes)
+    opt = build_optimizer("adam", m, 0.01, 0.0)
+    with pytest.raises(InputError, match=r"^--cuda-graph: it needs --backend cuda$"):
+        Trainer(dg, data, m, opt, cuda_graph=True)
+
+
 def test_clear_errors(rng):
     dg = DistGraph.build(random_graph(rng, 10, 30).gcn_norm(), None)
     conv = mt.GCNConv(4, 3)

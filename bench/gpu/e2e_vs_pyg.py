@@ -10,9 +10,10 @@ the transposed sparse adjacency for GCN, SAGE and GIN, one cuSPARSE product per 
 and GCN's normalization cached; GAT's self loops added once) and the fastest is its
 best. mgg runs twice: in its own order (aggregating at the narrower width) and in PyG's
 (mgg.torch.pyg_widths), so same_widths_vs_pyg_best compares kernels at equal widths and
-vs_pyg_best adds the algebra. host_ms: per step, the wall time the GPU had no kernel,
-copy or memset of the step to run (torch.profiler's device activity over a few steps):
-the host floor. Goals: >= 2x PyG's best on every pair; host_ms < 1.
+vs_pyg_best adds the algebra. mgg_graph: mgg's step captured as a CUDA graph and
+replayed (`mgg train --cuda-graph`). host_ms: per step, the wall time the GPU had no
+kernel, copy or memset of the step to run (torch.profiler's device activity over a few
+steps): the host floor. Goals: >= 2x PyG's best on every pair; host_ms < 1.
 """
 
 from __future__ import annotations
@@ -114,13 +115,16 @@ COLUMNS = [
     "model",
     "mgg_ms",
     "mgg_same_widths_ms",
+    "mgg_graph_ms",
     "pyg_ms",
     "pyg_best_ms",
     "pyg_best_path",
     "vs_pyg",
     "vs_pyg_best",
     "same_widths_vs_pyg_best",
+    "graph_vs_pyg_best",
     "host_ms",
+    "graph_host_ms",
     "pyg_host_ms",
     "skipped",
 ]
@@ -140,7 +144,8 @@ def main():
         notes="One GPU, P = 1. Training step: forward, backward, Adam. pyg_ms: PyG on "
         "edge_index as its examples run it; pyg_best_ms: the fastest graph form "
         "(pyg_best_path); pyg_<form>_ms in the JSON. mgg_same_widths_ms: mgg aggregating "
-        "at PyG's widths (GAT: the same order, not timed twice). host_ms: per step, wall "
+        "at PyG's widths (GAT: the same order, not timed twice). mgg_graph_ms: mgg's step "
+        "captured as a CUDA graph and replayed (--cuda-graph). host_ms: per step, wall "
         "time with no device activity of the step (the host floor; the profiler's own "
         "overhead included).",
         plot=plot,
@@ -163,13 +168,15 @@ def main():
                 print(f"{gname} {model}: {row}", flush=True)
                 del t
                 dg.free()
+                while JOBS:
+                    JOBS.pop().free()
                 free_gpu()
         return res.finish()
 
 
 def measure(trainer, model, ds, epochs) -> dict:
     """One row's times: every side that fits in GPU memory, round-robin."""
-    builders = {"mgg": lambda: trainer.train_step}
+    builders = {"mgg": lambda: trainer.train_step, "mgg_graph": captured(model, ds)}
     if model != "gat":  # GAT aggregates at the same width in both orders
 
         def same_widths():
@@ -192,6 +199,7 @@ def measure(trainer, model, ds, epochs) -> dict:
     row = {
         "mgg_ms": ms.get("mgg"),
         "mgg_same_widths_ms": ms.get("mgg_same_widths", ms.get("mgg") if model == "gat" else None),
+        "mgg_graph_ms": ms.get("mgg_graph"),
         "pyg_ms": pyg.get("edge_index"),
         "pyg_best_ms": pyg.get(best),
         "pyg_best_path": best,
@@ -202,13 +210,36 @@ def measure(trainer, model, ds, epochs) -> dict:
         ("vs_pyg", "pyg_ms", "mgg_ms"),
         ("vs_pyg_best", "pyg_best_ms", "mgg_ms"),
         ("same_widths_vs_pyg_best", "pyg_best_ms", "mgg_same_widths_ms"),
+        ("graph_vs_pyg_best", "pyg_best_ms", "mgg_graph_ms"),
     ):
         row[key] = row[num] / row[den] if row[num] and row[den] else None
     if "mgg" in fns:
         row["host_ms"] = host_ms(fns["mgg"])
+    if "mgg_graph" in fns:
+        row["graph_host_ms"] = host_ms(fns["mgg_graph"])
     if best is not None:
         row["pyg_host_ms"] = host_ms(fns[f"pyg_{best}"])
     return row
+
+
+def captured(model, ds):
+    """The builder of the mgg_graph side: its own job and trainer with cuda_graph, past
+    its eager warm-up steps and its capture, so that each timed step is one replay."""
+    from mgg.torch.graphs import WARMUP
+
+    def build():
+        dg, data = prepare(ds, None, model, backend="cuda")
+        t = default_trainer(dg, data, model, cuda_graph=True)
+        for _ in range(WARMUP + 1):
+            t.train_step()
+        step = t.train_step
+        JOBS.append(dg)  # freed with the row's other sides
+        return step
+
+    return build
+
+
+JOBS: list = []  # the graph sides' jobs of the row being measured
 
 
 def build_sides(builders: dict) -> tuple[dict, dict]:

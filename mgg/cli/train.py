@@ -119,6 +119,12 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
         "the end curves.png here",
     )
     s.add_argument("--check-sync", action="store_true", help="check weights agree every step")
+    s.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="on one GPU, capture the training step as a CUDA graph after a few eager steps "
+        "and replay it (no host work per step)",
+    )
     s.add_argument("--json", action="store_true")
 
 
@@ -221,6 +227,7 @@ def main(args) -> int:
         patience=args.patience,
         log_dir=args.log_dir,
         log=say,
+        cuda_graph=args.cuda_graph,
     )
     if args.resume:
         with warnings.catch_warnings(record=True) as caught:

@@ -14,9 +14,16 @@ from ..precision import accumulator, bits
 from .bf16 import load, put
 
 
-def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
+def _key(key, key_at) -> np.uint64:
+    """The mask's key: ``key``, or the one held in the slot ``key_at`` ([1], int64 or
+    uint64 bits), as the CUDA twins read a captured step's keys."""
+    return np.uint64(key) if key_at is None else np.asarray(key_at).view(np.uint64)[0]
+
+
+def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_at=None):
     """x [n, d] -> the dropped-out copy: entry (i, j) kept (and scaled) where the hash of
     (key, lb + i, j) is at least ``threshold`` (a uint32)."""
+    key = _key(key, key_at)
     x = np.ascontiguousarray(x)
     out = np.empty_like(x)
     scale = accumulator(x.dtype).type(scale)  # bf16: multiplied in float32, rounded once
@@ -24,17 +31,22 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
     return out
 
 
-def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
+def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_at=None):
     """A dropped-out copy of a scipy CSR matrix [n, ncols] (stored entries only)."""
+    key = _key(key, key_at)
     y = x.copy()
     _dropout_sparse(y.indptr, y.indices, y.data, key, lb, x.shape[1], threshold, scale)
     return y
 
 
-def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale):
+def edge_dropout(
+    dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale, key_at=None
+):
     """float32 [E, heads]: scale where edge e (src[e] -> dst[e], global ids int64 [E])
     survives in head h, 0 where it is dropped; keyed by (key, dst, src, h), so the mask of
-    an edge does not depend on which rank holds it."""
+    an edge does not depend on which rank holds it. ``key_at``: a slot holding the key
+    (every dropout here takes one), read instead of ``key``."""
+    key = _key(key, key_at)
     out = np.empty((dst.size, heads), np.float32)
     _edge_dropout(dst, src, heads, num_nodes, key, threshold, np.float32(scale), out)
     return out

@@ -49,13 +49,15 @@ def as_tensor(a) -> torch.Tensor:
 def _cupy_view(t: torch.Tensor):
     """A cupy array over a contiguous CUDA tensor's memory, made from its pointer: a few
     microseconds, where DLPack's exchange costs about a tenth of a millisecond a call.
-    Both libraries then work on the legacy default stream, so no ordering is needed; on
-    any other torch stream the exchange goes through DLPack, which orders the streams."""
+    Both libraries then work on one stream (the legacy default one, or the stream of a
+    captured step: mgg.torch.graphs.cupy_on), so no ordering is needed; where their
+    streams differ the exchange goes through DLPack, which orders them."""
     import cupy
 
     if t.dtype == torch.bfloat16:
         return _cupy_view(t.view(torch.int16)).view(np.uint16)
-    if t.numel() == 0 or torch.cuda.current_stream(t.device).cuda_stream != 0:
+    mine = torch.cuda.current_stream(t.device).cuda_stream
+    if t.numel() == 0 or mine != cupy.cuda.get_current_stream().ptr:
         return cupy.from_dlpack(t)
     dtype = _numpy_dtype(t.dtype)
     nbytes = t.numel() * dtype.itemsize
@@ -510,23 +512,26 @@ def recompute(fn, x, module: torch.nn.Module, g) -> torch.Tensor:
 
 
 def _mask_args(p: float, g, dtype=np.float32):
-    key = g.next_dropout_key()
+    """(key, threshold, scale, kw): kw passes a captured step's key slot (key_at) to the
+    GPU kernels, which read the key from there."""
+    key, key_at = g.next_dropout_key()
     threshold = np.uint32(min(int(p * 2**32), 2**32 - 1))
-    return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p))
+    kw = {} if key_at is None else {"key_at": as_array(key_at)}
+    return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p)), kw
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, g, key, threshold, scale):
+    def forward(ctx, x, g, key, threshold, scale, kw):
         ctx.args = (g.lb, threshold, scale)
-        ctx.nn, ctx.key = g.backend.nn, key
-        return as_tensor(ctx.nn.dropout_dense(as_array(x), key, g.lb, threshold, scale))
+        ctx.nn, ctx.key, ctx.kw = g.backend.nn, key, kw
+        return as_tensor(ctx.nn.dropout_dense(as_array(x), key, g.lb, threshold, scale, **kw))
 
     @staticmethod
     def backward(ctx, dy):
         lb, threshold, scale = ctx.args
-        dx = ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale)  # same mask
-        return as_tensor(dx), None, None, None, None
+        dx = ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale, **ctx.kw)
+        return as_tensor(dx), None, None, None, None, None  # the same mask
 
 
 def dropout(x, g, p: float = 0.5, training: bool = True):
@@ -542,10 +547,10 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     if not training or p == 0:
         return x
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
-    key, threshold, scale = _mask_args(p, g, accumulator(dtype))
+    key, threshold, scale, kw = _mask_args(p, g, accumulator(dtype))
     if isinstance(x, SparseRows):
-        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale), x.g)
-    return _Dropout.apply(x, g, key, threshold, scale)
+        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale, **kw), x.g)
+    return _Dropout.apply(x, g, key, threshold, scale, kw)
 
 
 def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
@@ -556,10 +561,11 @@ def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.T
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return w
-    key, threshold, scale = _mask_args(p, g)
+    key, threshold, scale, kw = _mask_args(p, g)
     dst, src = edge_ids(g)
     heads = w.shape[1] if w.ndim == 2 else 1
-    mask = g.backend.nn.edge_dropout(dst, src, heads, g.plan.num_nodes, key, threshold, scale)
+    n = g.plan.num_nodes
+    mask = g.backend.nn.edge_dropout(dst, src, heads, n, key, threshold, scale, **kw)
     mask = as_tensor(mask).to(w.dtype)
     return w * (mask if w.ndim == 2 else mask[:, 0])
 

@@ -43,10 +43,18 @@ __device__ __forceinline__ bool keep(u64 key, i64 row, i64 col, i64 ncols,
     return (unsigned int)(z >> 32) >= threshold;
 }
 
+// a mask's key: by value, or (key_at not null) read from the device, where a captured
+// training step (a CUDA graph, replayed with fixed arguments) finds each step's keys
+__device__ __forceinline__ u64 mask_key(const u64* key_at, u64 key) {
+    return key_at ? *key_at : key;
+}
+
 // out[i, j] = x[i, j] * scale where (key, lb + i, j) survives, else 0
 extern "C" __global__ void mgg_dropout_dense(const float* __restrict__ x,
                                              float* __restrict__ out, i64 n, i64 d, u64 key,
-                                             i64 lb, unsigned int threshold, float scale) {
+                                             i64 lb, unsigned int threshold, float scale,
+                                             const u64* __restrict__ key_at) {
+    key = mask_key(key_at, key);
     i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n * d; t += stride) {
         i64 i = t / d, j = t % d;
@@ -58,7 +66,8 @@ extern "C" __global__ void mgg_dropout_dense(const float* __restrict__ x,
 extern "C" __global__ void mgg_dropout_dense_bf16(const bf16* __restrict__ x,
                                                   bf16* __restrict__ out, i64 n, i64 d,
                                                   u64 key, i64 lb, unsigned int threshold,
-                                                  float scale) {
+                                                  float scale, const u64* __restrict__ key_at) {
+    key = mask_key(key_at, key);
     i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < n * d; t += stride) {
         i64 i = t / d, j = t % d;
@@ -71,7 +80,8 @@ extern "C" __global__ void mgg_dropout_csr(const i64* __restrict__ indptr,
                                            const int* __restrict__ indices,
                                            float* __restrict__ data, i64 n, i64 ncols,
                                            u64 key, i64 lb, unsigned int threshold,
-                                           float scale) {
+                                           float scale, const u64* __restrict__ key_at) {
+    key = mask_key(key_at, key);
     i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
         for (i64 e = indptr[i]; e < indptr[i + 1]; ++e)
@@ -84,7 +94,8 @@ extern "C" __global__ void mgg_edge_dropout(const i64* __restrict__ dst,
                                             const i64* __restrict__ src,
                                             float* __restrict__ out, i64 n_edges, int heads,
                                             i64 num_nodes, u64 key, unsigned int threshold,
-                                            float scale) {
+                                            float scale, const u64* __restrict__ key_at) {
+    key = mask_key(key_at, key);
     const i64 total = n_edges * heads, ncols = num_nodes * heads;
     i64 stride = (i64)gridDim.x * blockDim.x;
     for (i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {

@@ -54,9 +54,16 @@ def _rows(a, bf16: bool):
     return _dev(a, np.float32)
 
 
-def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
+def _key_at(key_at):
+    """A kernel's key_at: a one-element uint64 (or int64) device array the kernel reads
+    its key from (a captured step's slot), or a null pointer: the key by value."""
+    return np.uint64(0) if key_at is None else key_at
+
+
+def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_at=None):
     """x [n, d] float32, or bf16 (uint16 bits) cupy -> the dropped-out copy, of x's dtype
-    (mask by the hash of (key, row, col), the same for both; bf16: x * scale rounded once)."""
+    (mask by the hash of (key, row, col), the same for both; bf16: x * scale rounded once).
+    ``key_at``: a device slot holding the key, read by the kernel instead of ``key``."""
     import cupy
 
     bf16 = holds_bf16(x)
@@ -75,12 +82,13 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
             np.int64(lb),
             np.uint32(threshold),
             np.float32(scale),
+            _key_at(key_at),
         ),
     )
     return out
 
 
-def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
+def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_at=None):
     """A dropped-out copy of a cupyx CSR matrix [n, ncols] (stored entries only)."""
     import cupy
 
@@ -99,12 +107,15 @@ def dropout_csr(x, key: np.uint64, lb: int, threshold: np.uint32, scale):
             np.int64(lb),
             np.uint32(threshold),
             np.float32(scale),
+            _key_at(key_at),
         ),
     )
     return y
 
 
-def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale):
+def edge_dropout(
+    dst, src, heads: int, num_nodes: int, key, threshold: np.uint32, scale, key_at=None
+):
     """float32 [E, heads] cupy: scale where edge e (src[e] -> dst[e], global ids [E])
     survives in head h, 0 where it is dropped; the mask of cpu_nn.edge_dropout, bit for
     bit (keyed by (key, dst, src, h))."""
@@ -128,6 +139,7 @@ def edge_dropout(dst, src, heads: int, num_nodes: int, key, threshold: np.uint32
                 np.uint64(key),
                 np.uint32(threshold),
                 np.float32(scale),
+                _key_at(key_at),
             ),
         )
     return out
