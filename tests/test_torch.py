@@ -232,6 +232,26 @@ def test_a_captured_steps_key_slots_draw_the_eager_steps_masks(rng):
     g.keys.key_slots = None
 
 
+def test_every_function_over_mgg_kernels_runs_cupy_on_torchs_stream():
+    """Autograd runs a CUDA backward on a thread of its own, where CuPy's stream is its
+    default while torch's is the forward's (a captured step's): every autograd Function
+    of ops and message is an Op, whose forward and backward follow torch's stream."""
+    import mgg.torch.message as message
+    import mgg.torch.ops as ops
+
+    found = [
+        c
+        for m in (ops, message)
+        for c in vars(m).values()
+        if isinstance(c, type) and issubclass(c, torch.autograd.Function) and c is not ops.Op
+    ]
+    assert len(found) >= 10
+    for c in found:
+        assert issubclass(c, ops.Op), c
+        for name in ("forward", "backward"):
+            assert getattr(c, name).__wrapped__ is not None, (c, name)
+
+
 def test_a_cuda_graph_step_is_refused_where_it_cannot_replay(rng):
     from mgg.errors import InputError
     from mgg.graph.generators import planted_partition

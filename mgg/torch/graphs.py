@@ -9,10 +9,11 @@ masks' keys. The kernels read those from ``keys.key_slots`` (int64 [SLOTS]), whi
 host fills before each step with the keys an eager step passes by value
 (key64(seed, step, k) for its k-th mask), so a replayed step draws an eager step's masks.
 
-While capturing, CuPy launches on the capturing stream and allocates from torch's graph
-pool: a block from CuPy's own pool would be freed after the capture and handed out
-again under the graph's feet. One rank only: a step with peers exchanges halo rows and
-gradients through MPI on the host.
+While capturing, CuPy launches on the capturing stream (in autograd's backward thread
+too: mgg.torch.ops.Op) and allocates from torch's graph pool: a block from CuPy's own
+pool would be freed after the capture and handed out again under the graph's feet.
+One rank only: a step with peers exchanges halo rows and gradients through MPI on the
+host.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import contextlib
 import numpy as np
 import torch
 
-from ..hashing import key64
+from ..hashing import key64, mix64
 
 SLOTS = 64  # dropout masks a captured step may draw
 WARMUP = 3  # eager steps on the side stream before the capture
@@ -30,8 +31,9 @@ WARMUP = 3  # eager steps on the side stream before the capture
 
 def step_keys(seed: int, epoch: int) -> np.ndarray:
     """A step's dropout keys as int64 bits [SLOTS]: key64(seed, epoch, k) for its k-th
-    mask, the keys DistGraph.next_dropout_key gives an eager step."""
-    return np.array([key64(seed, epoch, k) for k in range(SLOTS)], np.uint64).view(np.int64)
+    mask, the keys DistGraph.next_dropout_key gives an eager step (key64 folds its parts
+    by mix64, so the last part is one vectorized mix: no per-key call on the host)."""
+    return mix64(key64(seed, epoch) ^ np.arange(SLOTS, dtype=np.uint64)).view(np.int64)
 
 
 @contextlib.contextmanager
@@ -40,11 +42,14 @@ def cupy_on(stream: torch.cuda.Stream, graph_pool: bool = False):
     torch's caching allocator, which a capture routes to its graph's pool)."""
     import cupy
 
-    with contextlib.ExitStack() as stack:
-        if graph_pool:  # thread-local, restored on exit
-            stack.enter_context(cupy.cuda.using_allocator(_torch_malloc))
+    before = cupy.cuda.get_allocator()
+    if graph_pool:  # every thread's (not using_allocator's one): autograd's backward
+        cupy.cuda.set_allocator(_torch_malloc)  # thread allocates too
+    try:
         with cupy.cuda.ExternalStream(stream.cuda_stream, stream.device.index):
             yield
+    finally:
+        cupy.cuda.set_allocator(before)
 
 
 def _torch_malloc(size: int):

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ..errors import InputError
-from .ops import _attention_csr, _held, as_array, as_tensor, check_graph, edge_index, halo
+from .ops import Op, _attention_csr, _held, as_array, as_tensor, check_graph, edge_index, halo
 
 AGGRS = {"add": "sum", "sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
 
@@ -63,7 +63,7 @@ def _segments(g, t: torch.Tensor, ptr, perm, n: int) -> torch.Tensor:
     return as_tensor(out).view(n, *t.shape[1:])
 
 
-class _Gather(torch.autograd.Function):
+class _Gather(Op):
     """rows [n + H, ...] -> [E, ...] at each edge's source; backward: each source's
     edges summed in order (by-source CSR), not scattered."""
 
@@ -78,7 +78,7 @@ class _Gather(torch.autograd.Function):
         return _segments(ctx.g, dy, ptr, perm, ctx.rows), None, None
 
 
-class _SumAtDst(torch.autograd.Function):
+class _SumAtDst(Op):
     """[E, ...] messages -> [n, ...] summed at their destinations (by-destination CSR);
     backward: each edge reads its destination's gradient."""
 

@@ -65,6 +65,36 @@ def _cupy_view(t: torch.Tensor):
     return cupy.ndarray(tuple(t.shape), dtype, cupy.cuda.MemoryPointer(mem, 0))
 
 
+class Op(torch.autograd.Function):
+    """An autograd Function over mgg's kernels. Its forward and backward run CuPy on
+    torch's current stream, in whichever thread runs them: autograd runs a CUDA backward
+    on a thread of its own, where CuPy's stream is its default (the legacy one), while
+    torch's is the forward's (a captured step's stream: mgg.torch.graphs)."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        for name in ("forward", "backward"):
+            method = cls.__dict__.get(name)
+            if isinstance(method, staticmethod):
+                setattr(cls, name, staticmethod(_on_torch_stream(method.__func__)))
+
+
+def _on_torch_stream(fn):
+    @functools.wraps(fn)
+    def run(*args):
+        if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            return fn(*args)
+        import cupy
+
+        ptr = torch.cuda.current_stream().cuda_stream
+        if ptr == cupy.cuda.get_current_stream().ptr:
+            return fn(*args)
+        with cupy.cuda.ExternalStream(ptr, torch.cuda.current_device()):
+            return fn(*args)
+
+    return run
+
+
 @functools.cache
 def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
@@ -140,7 +170,7 @@ class SparseRows:
         return f"SparseRows(shape={self.shape}, nnz={self.m.nnz})"
 
 
-class _SparseLinear(torch.autograd.Function):
+class _SparseLinear(Op):
     @staticmethod
     def forward(ctx, weight, x: SparseRows):
         ctx.x = x
@@ -172,7 +202,7 @@ def like(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 OPS = ("sum", "mean", "gcn", "gin")
 
 
-class _Aggregate(torch.autograd.Function):
+class _Aggregate(Op):
     @staticmethod
     def eps_stays(eps, x) -> bool:
         """Whether gin's eps stays where it is, on the GPU beside x (reading it would wait
@@ -296,7 +326,7 @@ def _rows_in(x, g, what: str):
     return x
 
 
-class _GCN2(torch.autograd.Function):
+class _GCN2(Op):
     @staticmethod
     def forward(ctx, x, x0, w, g, op, alpha, beta):
         out = as_tensor(g.aggregate(as_array(x), op)).lerp_(x0, alpha)  # a fresh array
@@ -384,7 +414,7 @@ def check_rows(x, g, what: str) -> None:
 # ---- per-node rows and reductions across ranks ------------------------------------------
 
 
-class _Halo(torch.autograd.Function):
+class _Halo(Op):
     @staticmethod
     def forward(ctx, x, g):
         ctx.g = g
@@ -410,7 +440,7 @@ def _allreduce(comm, a):
     return array_module(a).asarray(comm.allreduce(np.ascontiguousarray(to_host(a))))
 
 
-class _AllReduce(torch.autograd.Function):
+class _AllReduce(Op):
     @staticmethod
     def forward(ctx, t, comm):
         ctx.comm = comm
@@ -459,7 +489,7 @@ def allreduce_flat(comm, tensors, dtype: torch.dtype | None = None) -> list[torc
 # ---- rank-invariant dropout ---------------------------------------------------------------
 
 
-class _Recompute(torch.autograd.Function):
+class _Recompute(Op):
     """y = fn(x), keeping only x: fn runs again in the backward pass, with the dropout keys
     and ``module``'s buffers (batch statistics) it had, and its parameters' gradients
     accumulate from there."""
@@ -520,7 +550,7 @@ def _mask_args(p: float, g, dtype=np.float32):
     return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p)), kw
 
 
-class _Dropout(torch.autograd.Function):
+class _Dropout(Op):
     @staticmethod
     def forward(ctx, x, g, key, threshold, scale, kw):
         ctx.args = (g.lb, threshold, scale)
@@ -627,7 +657,7 @@ def _attention_csr(g):
     return _held(g, "attention_csr", build)
 
 
-class _Attention(torch.autograd.Function):
+class _Attention(Op):
     @staticmethod
     def forward(ctx, a_all, a_dst, g, slope):
         lp, rp, src, _, _ = _attention_csr(g)
