@@ -85,7 +85,7 @@ class DistGraph:
         self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
         # a captured step's keys: int64 [SLOTS] on the device that dropout kernels read
-        # their key from (mgg.torch.graphs fills it before each replay); None: by value
+        # their key from, set while its body runs (mgg.torch.graphs); None: by value
         self.key_slots = None
 
     @classmethod

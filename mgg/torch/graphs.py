@@ -64,40 +64,46 @@ def _torch_malloc(size: int):
 class CapturedStep:
     """``step(epoch)``: ``body(epoch)`` (one training step returning its loss, a 0-d
     tensor) run eagerly ``WARMUP`` times, then captured and replayed. Returns the step's
-    loss as a tensor of its own (read it whenever: nothing here waits for the device)."""
+    loss as a tensor of its own (read it whenever: nothing here waits for the device).
+    Dropout reads its keys from this step's slots only while its body runs (warm-up and
+    capture) and in its replays: another trainer's step on ``g`` passes them by value."""
 
     def __init__(self, g, body, device: torch.device):
         self.g, self.body = g, body
         self.stream = torch.cuda.Stream(device)
+        self.slots = torch.zeros(SLOTS, dtype=torch.int64, device=device)
         self.graph = None
         self.loss: torch.Tensor | None = None
         self.warm = 0
-        g.keys.key_slots = torch.zeros(SLOTS, dtype=torch.int64, device=device)
 
     def __call__(self, epoch: int) -> torch.Tensor:
-        slots = self.g.keys.key_slots
-        slots.copy_(torch.from_numpy(step_keys(self.g.keys.seed, epoch)), non_blocking=True)
-        main = torch.cuda.current_stream(slots.device)
-        if self.graph is None and self.warm < WARMUP:
-            self.warm += 1
-            self.stream.wait_stream(main)
-            with torch.cuda.stream(self.stream), cupy_on(self.stream):
-                loss = self.body(epoch)
-            main.wait_stream(self.stream)
-            loss.record_stream(main)  # read there, later
-            return loss
+        keys = torch.from_numpy(step_keys(self.g.keys.seed, epoch))
+        self.slots.copy_(keys, non_blocking=True)
+        main = torch.cuda.current_stream(self.slots.device)
         if self.graph is None:
             self.stream.wait_stream(main)
-            graph = torch.cuda.CUDAGraph()
-            with cupy_on(self.stream, graph_pool=True):
-                with torch.cuda.graph(graph, stream=self.stream):
-                    self.loss = self.body(epoch)
+            capture = self.warm == WARMUP
+            graph = torch.cuda.CUDAGraph() if capture else None
+            self.g.keys.key_slots = self.slots
+            try:
+                with cupy_on(self.stream, graph_pool=capture):
+                    if capture:
+                        with torch.cuda.graph(graph, stream=self.stream):
+                            self.loss = self.body(epoch)
+                    else:
+                        with torch.cuda.stream(self.stream):
+                            loss = self.body(epoch)
+            finally:
+                self.g.keys.key_slots = None
             main.wait_stream(self.stream)
+            if not capture:
+                self.warm += 1
+                loss.record_stream(main)  # read there, later
+                return loss
             self.graph = graph
         self.graph.replay()
         return self.loss.clone()
 
     def close(self) -> None:
-        """Drop the graph (its pool goes back to torch) and read keys by value again."""
+        """Drop the graph: its pool goes back to torch."""
         self.graph = self.loss = None
-        self.g.keys.key_slots = None
