@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["GOLDEN", "mix64", "key64"]
+__all__ = ["GOLDEN", "mix64", "key64", "keys64"]
 
 # the Weyl increment that spaces counters of a stream apart before mixing
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -35,3 +35,9 @@ def key64(*parts: int) -> np.uint64:
     for p in parts:
         k = mix64(k ^ np.uint64(int(p) & _M64))
     return np.uint64(k)
+
+
+def keys64(*parts: int, last: np.ndarray) -> np.ndarray:
+    """key64(*parts, k) for every k of ``last`` (uint64 [K]) at once: uint64 [K] (the
+    fold's last step, vectorized)."""
+    return mix64(key64(*parts) ^ np.asarray(last, np.uint64))

@@ -808,7 +808,6 @@ class Trainer:
                 self.log(f"checkpoint {path}: {note}")
         self._resumed_from = path if epochs is None else None  # else checked already
         if self._captured is not None:  # a captured step holds the old state and designs
-            self._captured.close()
             self._captured = self._captured_step()
 
 

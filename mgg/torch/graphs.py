@@ -23,7 +23,7 @@ import contextlib
 import numpy as np
 import torch
 
-from ..hashing import key64, mix64
+from ..hashing import keys64
 
 SLOTS = 64  # dropout masks a captured step may draw
 WARMUP = 3  # eager steps on the side stream before the capture
@@ -31,9 +31,8 @@ WARMUP = 3  # eager steps on the side stream before the capture
 
 def step_keys(seed: int, epoch: int) -> np.ndarray:
     """A step's dropout keys as int64 bits [SLOTS]: key64(seed, epoch, k) for its k-th
-    mask, the keys DistGraph.next_dropout_key gives an eager step (key64 folds its parts
-    by mix64, so the last part is one vectorized mix: no per-key call on the host)."""
-    return mix64(key64(seed, epoch) ^ np.arange(SLOTS, dtype=np.uint64)).view(np.int64)
+    mask, the keys DistGraph.next_dropout_key gives an eager step, in one call."""
+    return keys64(seed, epoch, last=np.arange(SLOTS, dtype=np.uint64)).view(np.int64)
 
 
 @contextlib.contextmanager
@@ -103,7 +102,3 @@ class CapturedStep:
             self.graph = graph
         self.graph.replay()
         return self.loss.clone()
-
-    def close(self) -> None:
-        """Drop the graph: its pool goes back to torch."""
-        self.graph = self.loss = None

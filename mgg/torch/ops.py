@@ -82,7 +82,9 @@ class Op(torch.autograd.Function):
 def _on_torch_stream(fn):
     @functools.wraps(fn)
     def run(*args):
-        if not any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+        if not torch.cuda.is_initialized() or not any(
+            isinstance(a, torch.Tensor) and a.is_cuda for a in args
+        ):
             return fn(*args)
         import cupy
 
@@ -542,26 +544,24 @@ def recompute(fn, x, module: torch.nn.Module, g) -> torch.Tensor:
 
 
 def _mask_args(p: float, g, dtype=np.float32):
-    """(key, threshold, scale, kw): kw passes a captured step's key slot (key_at) to the
-    GPU kernels, which read the key from there."""
+    """(key, threshold, scale, key_at): key_at, a captured step's key slot or None, is
+    where the kernels read the key from instead."""
     key, key_at = g.next_dropout_key()
     threshold = np.uint32(min(int(p * 2**32), 2**32 - 1))
-    kw = {} if key_at is None else {"key_at": as_array(key_at)}
-    return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p)), kw
+    key_at = None if key_at is None else as_array(key_at)
+    return key, threshold, np.dtype(dtype).type(1.0 / (1.0 - p)), key_at
 
 
 class _Dropout(Op):
     @staticmethod
-    def forward(ctx, x, g, key, threshold, scale, kw):
-        ctx.args = (g.lb, threshold, scale)
-        ctx.nn, ctx.key, ctx.kw = g.backend.nn, key, kw
-        return as_tensor(ctx.nn.dropout_dense(as_array(x), key, g.lb, threshold, scale, **kw))
+    def forward(ctx, x, g, key, threshold, scale, key_at):
+        ctx.nn, ctx.args = g.backend.nn, (key, g.lb, threshold, scale, key_at)
+        return as_tensor(ctx.nn.dropout_dense(as_array(x), *ctx.args))
 
     @staticmethod
     def backward(ctx, dy):
-        lb, threshold, scale = ctx.args
-        dx = ctx.nn.dropout_dense(as_array(dy), ctx.key, lb, threshold, scale, **ctx.kw)
-        return as_tensor(dx), None, None, None, None, None  # the same mask
+        dx = ctx.nn.dropout_dense(as_array(dy), *ctx.args)  # the same mask
+        return as_tensor(dx), None, None, None, None, None
 
 
 def dropout(x, g, p: float = 0.5, training: bool = True):
@@ -577,10 +577,11 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     if not training or p == 0:
         return x
     dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
-    key, threshold, scale, kw = _mask_args(p, g, accumulator(dtype))
+    key, threshold, scale, key_at = _mask_args(p, g, accumulator(dtype))
     if isinstance(x, SparseRows):
-        return SparseRows(g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale, **kw), x.g)
-    return _Dropout.apply(x, g, key, threshold, scale, kw)
+        m = g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale, key_at)
+        return SparseRows(m, x.g)
+    return _Dropout.apply(x, g, key, threshold, scale, key_at)
 
 
 def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
@@ -591,11 +592,11 @@ def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.T
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return w
-    key, threshold, scale, kw = _mask_args(p, g)
+    key, threshold, scale, key_at = _mask_args(p, g)
     dst, src = edge_ids(g)
     heads = w.shape[1] if w.ndim == 2 else 1
     n = g.plan.num_nodes
-    mask = g.backend.nn.edge_dropout(dst, src, heads, n, key, threshold, scale, **kw)
+    mask = g.backend.nn.edge_dropout(dst, src, heads, n, key, threshold, scale, key_at)
     mask = as_tensor(mask).to(w.dtype)
     return w * (mask if w.ndim == 2 else mask[:, 0])
 
