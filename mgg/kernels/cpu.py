@@ -3,7 +3,9 @@
 An aggregation is three steps over a rank's output rows ``out`` [n, D]:
 ``init`` (zeros, or (1+eps)·x for GIN), ``accumulate`` over neighbor partitions, once for
 the LNPs reading local rows and once (or batch by batch) for the RNPs reading fetched
-rows, and ``finalize`` (divide by the in-degree for mean).
+rows, and ``finalize`` (divide by the in-degree for mean). A rank whose in-edges are all
+local (no RNPs: P = 1) runs the three at once instead (``aggregate_rows``): each row is
+summed in its thread and written once, rounded there for bf16 rows.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ..precision import accumulator, bits
-from .bf16 import load
+from .bf16 import load, put
 
 OPS = ("sum", "mean", "gcn", "gin")
 
@@ -62,28 +64,60 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     """
     if k1 <= k0 or out.shape[1] == 0:
         return
-    if not (out.flags.c_contiguous and src.flags.c_contiguous):
-        raise ValueError("accumulate needs C-contiguous src and out arrays")
     _check_sums(src, out)
     src = bits(src)
+    fold = (src[:0], False, out.dtype.type(0), False, np.empty(0, np.int64), False)
+    _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold)
+
+
+def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, in_degrees):
+    """out [n, D] <- op's whole aggregation, when partitions [0, K) hold every in-edge of
+    the n rows (a rank without remote edges): init, sums, mean's division and bf16's
+    rounding in one pass. Each row is summed in a float row of its thread and stored
+    once: out is written once, and bf16 rows need no float32 [n, D] sums nor a pass
+    that rounds them. Arguments as ``accumulate``'s; x [>= n, D] the local rows (GIN's
+    (1+eps)·x[v]), out like x's rows, in_degrees int [n] (0: a row with no partition).
+    """
+    n, d = out.shape
+    if n == 0 or d == 0:
+        return
+    if out.dtype != x.dtype:
+        raise ValueError(f"out is {out.dtype}, expected the rows' {x.dtype}")
+    if not (x.flags.c_contiguous and out.flags.c_contiguous):
+        raise ValueError("aggregate_rows needs C-contiguous x and out arrays")
+    acc = accumulator(x.dtype)
+    x, store = bits(x), bits(out)
+    deg = np.ascontiguousarray(in_degrees, np.int64)
+    fold = (store, True, acc.type(1.0 + eps), op == "gin", deg, op == "mean")
+    if part_node.size:
+        sums = np.empty((0, d), acc)  # none: the rows are summed in the threads' rows
+        _dispatch(part_ptr, part_node, 0, part_node.size, indices, weights, x, sums, fold)
+    _fill_isolated(x, fold)
+
+
+def _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold) -> None:
+    """The weight kind's kernel over partitions [k0, k1) (``fold``: _accumulate's)."""
+    d = out.shape[1]
+    if not (src.flags.c_contiguous and out.flags.c_contiguous and fold[0].flags.c_contiguous):
+        raise ValueError("accumulate needs C-contiguous src and out arrays")
     nchunks = min(numba.get_num_threads() * 32, k1 - k0)
     if weights is None:
-        _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out)
+        _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out, fold)
     elif weights.ndim == 1:
-        _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out)
+        _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out, fold)
     else:
-        if out.shape[1] % weights.shape[1]:
-            raise ValueError(f"{weights.shape[1]} heads do not divide the width {out.shape[1]}")
-        _run_heads(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out)
+        if d % weights.shape[1]:
+            raise ValueError(f"{weights.shape[1]} heads do not divide the width {d}")
+        _run_heads(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out, fold)
 
 
 # One compiled entry per weight kind: cutting the chunks, the kernel and the carries in
 # one call from Python (they were four, plus a chunk-size context: 55 -> 26 us for a
 # 64-node graph; a whole aggregation of Cora at D = 16 takes 60-90 us).
 @numba.njit(cache=True)
-def _chunks(part_ptr, k0, k1, nchunks, out):
-    """Edge-balanced cuts [nchunks+1] of partitions [k0, k1), and their carry rows
-    [nchunks, D] (like out's)."""
+def _chunks(part_ptr, k0, k1, nchunks, out, fold):
+    """Edge-balanced cuts [nchunks+1] of partitions [k0, k1), their carry rows [nchunks, D]
+    (like out's) and, folding, their head rows (like carry)."""
     e0, e1 = part_ptr[k0], part_ptr[k1]
     cuts = np.empty(nchunks + 1, np.int64)
     cuts[0], cuts[nchunks] = k0, k1
@@ -97,28 +131,29 @@ def _chunks(part_ptr, k0, k1, nchunks, out):
             else:
                 hi = mid
         cuts[c] = lo
-    return cuts, np.zeros((nchunks, out.shape[1]), out.dtype)
+    carry = np.zeros((nchunks, out.shape[1]), out.dtype)
+    return cuts, carry, np.zeros((nchunks if fold[1] else 0, out.shape[1]), out.dtype)
 
 
 @numba.njit(cache=True)
-def _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
-    _accumulate(part_ptr, part_node, cuts, indices, src, out, carry)
-    _add_carry(part_node, cuts, out, carry)
+def _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out, fold):
+    cuts, carry, head = _chunks(part_ptr, k0, k1, nchunks, out, fold)
+    _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold)
+    _merge_carries(part_node, cuts, out, carry, head, fold)
 
 
 @numba.njit(cache=True)
-def _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
-    _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry)
-    _add_carry(part_node, cuts, out, carry)
+def _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out, fold):
+    cuts, carry, head = _chunks(part_ptr, k0, k1, nchunks, out, fold)
+    _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold)
+    _merge_carries(part_node, cuts, out, carry, head, fold)
 
 
 @numba.njit(cache=True)
-def _run_heads(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out):
-    cuts, carry = _chunks(part_ptr, k0, k1, nchunks, out)
-    _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry)
-    _add_carry(part_node, cuts, out, carry)
+def _run_heads(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out, fold):
+    cuts, carry, head = _chunks(part_ptr, k0, k1, nchunks, out, fold)
+    _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold)
+    _merge_carries(part_node, cuts, out, carry, head, fold)
 
 
 @intrinsic
@@ -148,6 +183,51 @@ def _prefetch(typingctx, arr, idx):
 PREFETCH = 16
 
 
+# A kernel's node k of chunk c sums into dst[base:base+D]: out's row (or carry[c] for
+# the chunk's first node when its partitions began in the chunk before), or, folding
+# (fold = (store, True, init, from_x, deg, mean): aggregate_rows), a float row of the
+# chunk's own that _close_row stores once the node's partitions in the chunk are done.
+# Not folding, fold = (a [0, D] array like store, False, ...).
+@numba.njit(cache=True, inline="always")
+def _open_row(row, sf, v, d, fold, tail):
+    """The folded row of node v starts at (1+eps)·x[v] (GIN, unless it is the tail of a
+    node begun in the chunk before), else at 0."""
+    if fold[3] and not tail:
+        b = np.uint64(v) * d
+        for j in range(d):
+            row[j] = fold[2] * load(sf, b + j)
+    else:
+        for j in range(d):
+            row[j] = 0
+
+
+@numba.njit(cache=True, inline="always")
+def _close_row(row, v, c, d, cf, hf, tf, fold, tail, spills):
+    """The folded row of node v, done in chunk c: to carry[c] (a tail), to head[c] (the
+    node goes on in the next chunk: _merge_carries adds its tails), else stored."""
+    if tail or spills:
+        rf, base = (cf, np.uint64(c) * d) if tail else (hf, np.uint64(c) * d)
+        for j in range(d):
+            rf[base + j] = row[j]
+    else:
+        _store_row(row, v, d, tf, fold)
+
+
+@numba.njit(cache=True, inline="always")
+def _store_row(row, v, d, tf, fold):
+    """tf (store, flat)[v] <- row (divided by v's in-degree for mean; rounded for bf16
+    rows). tf is taken once per chunk: a view per row updates the array's shared
+    reference count atomically, which serializes the threads."""
+    base = np.uint64(v) * d
+    if fold[5] and fold[4][v] > 0:
+        inv = 1.0 / fold[4][v]
+        for j in range(d):
+            put(tf, base + j, row[j] * inv)
+    else:
+        for j in range(d):
+            put(tf, base + j, row[j])
+
+
 # The hot loops use flat arrays and unsigned offsets: a signed 2-D index makes numba test
 # for negative (wraparound) indices on every access, and taking row views (src[u]) makes
 # it update a shared reference count atomically, which serializes the threads. Four
@@ -155,16 +235,22 @@ PREFETCH = 16
 # The weighted loop is a separate kernel: a single kernel with a has_w flag measured
 # 0-5% slower on unweighted sums (round-robin, 8M-edge R-MAT, D = 16 and 128).
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
-    d = np.uint64(out.shape[1])
-    sf, of, cf = src.ravel(), out.ravel(), carry.ravel()
+def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold):
+    d = np.uint64(carry.shape[1])
+    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold[0].ravel()
     last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
+        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
-            if straddle and v == part_node[c0]:
+            tail = straddle and v == part_node[c0]
+            if fold[1]:
+                dst, base = row, np.uint64(0)
+                if k == c0 or part_node[k - 1] != v:
+                    _open_row(row, sf, v, d, fold, tail)
+            elif tail:
                 dst, base = cf, np.uint64(c) * d
             else:
                 dst, base = of, np.uint64(v) * d
@@ -187,19 +273,28 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry):
                 for j in range(d):
                     dst[base + j] += load(sf, b0 + j)
                 e += 1
+            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+                spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
+                _close_row(row, v, c, d, cf, hf, tf, fold, tail, spills)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
-    d = np.uint64(out.shape[1])
-    sf, of, cf = src.ravel(), out.ravel(), carry.ravel()
+def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold):
+    d = np.uint64(carry.shape[1])
+    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold[0].ravel()
     last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
+        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
-            if straddle and v == part_node[c0]:
+            tail = straddle and v == part_node[c0]
+            if fold[1]:
+                dst, base = row, np.uint64(0)
+                if k == c0 or part_node[k - 1] != v:
+                    _open_row(row, sf, v, d, fold, tail)
+            elif tail:
                 dst, base = cf, np.uint64(c) * d
             else:
                 dst, base = of, np.uint64(v) * d
@@ -224,21 +319,31 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry):
                 for j in range(d):
                     dst[base + j] += w0 * load(sf, b0 + j)
                 e += 1
+            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+                spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
+                _close_row(row, v, c, d, cf, hf, tf, fold, tail, spills)
 
 
 @numba.njit(cache=True, parallel=True, fastmath=True)
-def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry):
-    d = np.uint64(out.shape[1])
+def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold):
+    d = np.uint64(carry.shape[1])
     nh = np.uint64(weights.shape[1])
     c = d // nh
-    sf, of, cf, wf = src.ravel(), out.ravel(), carry.ravel(), weights.ravel()
+    sf, of, cf, hf, wf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), weights.ravel()
+    tf = fold[0].ravel()
     last = indices.size - PREFETCH - 2
     for ch in numba.prange(cuts.size - 1):
         c0, c1 = cuts[ch], cuts[ch + 1]
         straddle = ch > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
+        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
-            if straddle and v == part_node[c0]:
+            tail = straddle and v == part_node[c0]
+            if fold[1]:
+                dst, base = row, np.uint64(0)
+                if k == c0 or part_node[k - 1] != v:
+                    _open_row(row, sf, v, d, fold, tail)
+            elif tail:
                 dst, base = cf, np.uint64(ch) * d
             else:
                 dst, base = of, np.uint64(v) * d
@@ -263,16 +368,55 @@ def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, car
                     for j in range(h * c, h * c + c):
                         dst[base + j] += x0 * load(sf, b0 + j)
                 e += 1
+            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+                spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
+                _close_row(row, v, ch, d, cf, hf, tf, fold, tail, spills)
 
 
 @numba.njit(cache=True)
-def _add_carry(part_node, cuts, out, carry):
-    for c in range(1, cuts.size - 1):
-        c0 = cuts[c]
-        if c0 < cuts[c + 1] and part_node[c0] == part_node[c0 - 1]:
-            v = part_node[c0]
-            for j in range(out.shape[1]):
-                out[v, j] += carry[c, j]
+def _merge_carries(part_node, cuts, out, carry, head, fold):
+    """Each chunk's tail row (carry[c]) to its node: added to out's row; folding, summed
+    after the head row of the chunk where the node began, then stored (same order)."""
+    d = carry.shape[1]
+    if not fold[1]:
+        for c in range(1, cuts.size - 1):
+            c0 = cuts[c]
+            if c0 < cuts[c + 1] and part_node[c0] == part_node[c0 - 1]:
+                v = part_node[c0]
+                for j in range(d):
+                    out[v, j] += carry[c, j]
+        return
+    row = np.empty(d, carry.dtype)
+    for c in range(cuts.size - 1):
+        c0, c1 = cuts[c], cuts[c + 1]
+        if c0 == c1 or c1 >= part_node.size or part_node[c1] != part_node[c1 - 1]:
+            continue  # empty, or its last node ends in it
+        v = part_node[c1 - 1]
+        if c > 0 and part_node[c0] == v and part_node[c0 - 1] == v:
+            continue  # the whole chunk is a tail of v: its head is in an earlier chunk
+        row[:] = head[c]
+        for c2 in range(c + 1, cuts.size - 1):
+            a0 = cuts[c2]
+            if a0 == cuts[c2 + 1]:
+                continue
+            if part_node[a0] != v:
+                break
+            for j in range(d):
+                row[j] += carry[c2, j]
+        _store_row(row, v, np.uint64(d), fold[0].ravel(), fold)
+
+
+@numba.njit(cache=True, parallel=True)
+def _fill_isolated(x, fold):
+    """Folding, the rows of nodes with no in-edge: (1+eps)·x[v] for GIN, else 0."""
+    store, deg = fold[0], fold[4]
+    d = np.uint64(store.shape[1])
+    xf, tf = x.ravel(), store.ravel()
+    for v in numba.prange(store.shape[0]):
+        if deg[v] == 0:
+            b = np.uint64(v) * d
+            for j in range(d):
+                put(tf, b + j, fold[2] * load(xf, b + j) if fold[3] else 0.0)
 
 
 @numba.njit(cache=True, parallel=True)
