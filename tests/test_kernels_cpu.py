@@ -3,8 +3,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mgg.kernels import aggregate, gather_halo, reference
+from mgg.graph.core import Graph
+from mgg.kernels import aggregate, cpu, gather_halo, reference
+from mgg.kernels.bf16 import store_rows, sums_for
 from mgg.partition import build_plan
+from mgg.precision import BF16
 
 from conftest import assert_agg_close, random_graph
 
@@ -110,3 +113,98 @@ def test_dense_dropout_draws_the_masks_of_its_hash(rng, shape, lb):
     )
     csr = cpu_nn.dropout_csr(sp.csr_matrix(x), key, lb, threshold, scale)
     np.testing.assert_array_equal(csr.toarray(), want)
+
+
+def _three_steps(plan, x, op, w, eps):
+    """The rows as a rank with peers sums them (init, accumulate into float sums,
+    finalize, round once): the path aggregate_rows folds into one pass."""
+    out = np.empty((plan.num_local_nodes, x.shape[1]), x.dtype)
+    sums = sums_for(out, x.dtype)
+    cpu.init_out(op, x, sums, eps)
+    n = plan.lnp_node.size
+    cpu.accumulate(plan.lnp_ptr, plan.lnp_node, 0, n, plan.local_indices, w, x, sums)
+    cpu.finalize(op, plan.in_degrees(), sums)
+    store_rows(sums, out)
+    return out
+
+
+def _oracle(plan, x, op, w, eps):
+    """float64 from the plan's CSR (edge order = the weights'), with PyG's conventions."""
+    import scipy.sparse as sp
+
+    n, (ptr, idx) = plan.num_local_nodes, (plan.local_indptr, plan.local_indices)
+    xd = np.asarray(x, np.float32 if x.dtype == BF16 else x.dtype).astype(np.float64)
+    if w is None or w.ndim == 1:
+        data = np.ones(idx.size) if w is None else w.astype(np.float64)
+        out = sp.csr_matrix((data, idx, ptr), shape=(n, xd.shape[0])) @ xd
+    else:  # per head: column j takes w[e, j // C]
+        c = xd.shape[1] // w.shape[1]
+        out = np.hstack(
+            [
+                sp.csr_matrix((w[:, h].astype(np.float64), idx, ptr), shape=(n, xd.shape[0]))
+                @ xd[:, h * c : (h + 1) * c]
+                for h in range(w.shape[1])
+            ]
+        )
+    deg = np.diff(ptr)
+    if op == "mean":
+        out[deg > 0] /= deg[deg > 0, None]
+    if op == "gin":
+        out += (1.0 + eps) * xd[:n]
+    return out
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, BF16])
+@pytest.mark.parametrize("weights", [None, "edge", "heads"])
+@pytest.mark.parametrize("ps", [2, 1000])
+def test_rows_summed_once_equal_the_three_steps_bit_for_bit(rng, threads, dtype, weights, ps):
+    """aggregate_rows (P = 1: each row summed in its thread's float row and stored once)
+    against the init/accumulate/finalize/round path and float64, on a graph whose hubs'
+    partitions span many chunks (ps = 2), or three chunks with empty ones between
+    (ps = 1000: a partition past several chunks' shares), with rows that have no
+    in-edge; every op and weight kind, 1 and 2 threads (32 and 64 chunks)."""
+    import numba
+
+    n, d = 400, 12
+    src = rng.integers(0, n, 6000)
+    dst = rng.integers(0, 350, 6000)  # rows 350.. have no in-edge
+    dst[:3000], dst[3000:3800] = 3, 200  # hubs
+    g = Graph.from_edges(src, dst, n)
+    x = (rng.standard_normal((n + 5, d)) * 4).astype(dtype)  # 5 rows past the rank's
+    plan = build_plan(g, 1, ps)[0]
+    e = plan.local_indices.size
+    w = {
+        None: None,
+        "edge": rng.standard_normal(e).astype(np.float32),
+        "heads": rng.standard_normal((e, 3)).astype(np.float32),
+    }[weights]
+    if dtype == np.float64 and w is not None:
+        w = w.astype(np.float64)
+    before = numba.get_num_threads()
+    numba.set_num_threads(threads)
+    try:
+        sums = np.empty((0, d), np.float32)
+        node = plan.lnp_node
+        cuts = cpu._chunks(plan.lnp_ptr, 0, node.size, threads * 32, sums, (sums, True))[0]
+        c0 = cuts[1:-1][np.diff(cuts)[1:] > 0]
+        tails = np.bincount(node[c0[node[c0] == node[c0 - 1]]])
+        assert tails.max() >= 2  # a hub goes on past two chunk boundaries or more
+        assert (np.diff(cuts) == 0).any() == (ps == 1000)
+        for op in ["sum", "mean", "gin"] if w is None else ["sum"]:
+            got = np.empty((n, d), dtype)
+            eps = 0.25
+            parts = (plan.lnp_ptr, node, plan.local_indices, w, x)
+            cpu.aggregate_rows(op, *parts, got, eps, plan.in_degrees())
+            want = _three_steps(plan, x, op, w, eps)
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=op)
+            ref = _oracle(plan, x, op, w, eps)
+            tol = {np.float32: 1e-5, np.float64: 1e-12}.get(dtype, 2.0**-8)
+            mag = _oracle(
+                plan, np.abs(x.astype(np.float64)), op, None if w is None else np.abs(w), eps
+            )
+            np.testing.assert_array_less(
+                np.abs(got.astype(np.float64) - ref), tol * (mag + 1e-3) + 1e-12
+            )
+    finally:
+        numba.set_num_threads(before)
