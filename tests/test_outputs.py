@@ -24,7 +24,8 @@ from conftest import ROOT, mpirun, random_graph
 # `mgg ARGS`, with rank 0's shard writer pausing after its first shard: it writes the
 # file $MARK (its pid) and waits until $MARK.go exists. The phase a test kills it in.
 PAUSED = """
-import os, sys, time
+import faulthandler, os, signal, sys, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # _ended's stacks of a hang
 import mgg.partition.distributed as dist
 import mgg.partition.shards as shards
 from mgg.cli import main
@@ -78,6 +79,19 @@ def _paused(tmp_path, *args, launcher=()):
     return proc, mark
 
 
+def _ended(proc, timeout: float) -> int:
+    """proc's exit code once it ends within ``timeout`` s; else fail with the stacks of
+    its threads (SIGUSR1: the PAUSED script's faulthandler) and its stderr."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        _, err = proc.communicate()
+        pytest.fail(f"still running {timeout} s on; its stacks:\n{err.decode()[-6000:]}")
+
+
 def _temporaries(folder):
     return [p.name for p in folder.iterdir() if is_temporary(p)]
 
@@ -97,7 +111,7 @@ def test_a_second_writer_is_refused_while_the_first_writes(tmp_path, graph, caps
         assert code == 2 and f"error: {out} is in use by another job (pid {pid} on " in err, err
         assert "wait until it ends, or write to another --out" in err
     (tmp_path / "mark.go").touch()
-    assert first.wait(120) == 0, first.stderr.read().decode()[-2000:]
+    assert _ended(first, 120) == 0, first.stderr.read().decode()[-2000:]
     assert ShardedDataset(out).np == 2  # the first job's output, whole
     code, err = _cli(capsys, "partition", graph, "--np", "4", "--out", out)
     assert code == 2 and f"{out}: already exists (pass --force" in err
@@ -146,7 +160,7 @@ def test_a_ctrl_c_or_sigterm_while_writing_leaves_nothing(tmp_path, graph, sig):
     proc, _ = _paused(tmp_path, "partition", graph, "--np", "2", "--out", out)
     assert len(_temporaries(tmp_path)) == 1  # the write has started
     proc.send_signal(sig)
-    assert proc.wait(60) == 130
+    assert _ended(proc, 60) == 130
     assert "mgg partition: interrupted" in proc.stderr.read().decode()
     assert not out.exists() and _temporaries(tmp_path) == []
 
@@ -170,7 +184,7 @@ def test_a_ctrl_c_of_a_distributed_writer_leaves_nothing(tmp_path, graph):
     proc, _ = _paused(tmp_path, *args, launcher=mggrun)
     assert len(_temporaries(tmp_path)) == 1
     proc.send_signal(signal.SIGINT)
-    assert proc.wait(60) == 130, proc.stderr.read().decode()[-2000:]
+    assert _ended(proc, 60) == 130, proc.stderr.read().decode()[-2000:]
     assert not out.exists() and _temporaries(tmp_path) == []
 
 
