@@ -10,6 +10,8 @@ summed in its thread and written once, rounded there for bf16 rows.
 
 from __future__ import annotations
 
+from collections import namedtuple
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -20,6 +22,12 @@ from ..precision import accumulator, bits
 from .bf16 import load, put
 
 OPS = ("sum", "mean", "gcn", "gin")
+
+# How the kernels end a node's sums: added to out (once False: accumulate's; store a
+# [0, D] array of the rows' dtype), or, once True (aggregate_rows), summed in a float row
+# of the chunk and stored into store [n, D] (bf16 words or floats): (1+eps)·x[v] first
+# (init, from_x: GIN), divided by deg[v] (mean).
+Fold = namedtuple("Fold", "store once init from_x deg mean")
 
 
 def init_out(op: str, x: np.ndarray, out: np.ndarray, eps: float = 0.0) -> None:
@@ -66,7 +74,7 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
         return
     _check_sums(src, out)
     src = bits(src)
-    fold = (src[:0], False, out.dtype.type(0), False, np.empty(0, np.int64), False)
+    fold = Fold(src[:0], False, out.dtype.type(0), False, np.empty(0, np.int64), False)
     _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold)
 
 
@@ -88,7 +96,7 @@ def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, 
     acc = accumulator(x.dtype)
     x, store = bits(x), bits(out)
     deg = np.ascontiguousarray(in_degrees, np.int64)
-    fold = (store, True, acc.type(1.0 + eps), op == "gin", deg, op == "mean")
+    fold = Fold(store, True, acc.type(1.0 + eps), op == "gin", deg, op == "mean")
     if part_node.size:
         sums = np.empty((0, d), acc)  # none: the rows are summed in the threads' rows
         _dispatch(part_ptr, part_node, 0, part_node.size, indices, weights, x, sums, fold)
@@ -96,9 +104,10 @@ def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, 
 
 
 def _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold) -> None:
-    """The weight kind's kernel over partitions [k0, k1) (``fold``: _accumulate's)."""
+    """The weight kind's kernel over partitions [k0, k1), ending each node as ``fold``
+    says."""
     d = out.shape[1]
-    if not (src.flags.c_contiguous and out.flags.c_contiguous and fold[0].flags.c_contiguous):
+    if not (src.flags.c_contiguous and out.flags.c_contiguous and fold.store.flags.c_contiguous):
         raise ValueError("accumulate needs C-contiguous src and out arrays")
     nchunks = min(numba.get_num_threads() * 32, k1 - k0)
     if weights is None:
@@ -132,7 +141,7 @@ def _chunks(part_ptr, k0, k1, nchunks, out, fold):
                 hi = mid
         cuts[c] = lo
     carry = np.zeros((nchunks, out.shape[1]), out.dtype)
-    return cuts, carry, np.zeros((nchunks if fold[1] else 0, out.shape[1]), out.dtype)
+    return cuts, carry, np.zeros((nchunks if fold.once else 0, out.shape[1]), out.dtype)
 
 
 @numba.njit(cache=True)
@@ -184,18 +193,17 @@ PREFETCH = 16
 
 
 # A kernel's node k of chunk c sums into dst[base:base+D]: out's row (or carry[c] for
-# the chunk's first node when its partitions began in the chunk before), or, folding
-# (fold = (store, True, init, from_x, deg, mean): aggregate_rows), a float row of the
-# chunk's own that _close_row stores once the node's partitions in the chunk are done.
-# Not folding, fold = (a [0, D] array like store, False, ...).
+# the chunk's first node when its partitions began in the chunk before), or, with
+# fold.once (aggregate_rows), a float row of the chunk's own that _close_row stores once
+# the node's partitions in the chunk are done.
 @numba.njit(cache=True, inline="always")
 def _open_row(row, sf, v, d, fold, tail):
     """The folded row of node v starts at (1+eps)·x[v] (GIN, unless it is the tail of a
     node begun in the chunk before), else at 0."""
-    if fold[3] and not tail:
+    if fold.from_x and not tail:
         b = np.uint64(v) * d
         for j in range(d):
-            row[j] = fold[2] * load(sf, b + j)
+            row[j] = fold.init * load(sf, b + j)
     else:
         for j in range(d):
             row[j] = 0
@@ -219,8 +227,8 @@ def _store_row(row, v, d, tf, fold):
     rows). tf is taken once per chunk: a view per row updates the array's shared
     reference count atomically, which serializes the threads."""
     base = np.uint64(v) * d
-    if fold[5] and fold[4][v] > 0:
-        inv = 1.0 / fold[4][v]
+    if fold.mean and fold.deg[v] > 0:
+        inv = 1.0 / fold.deg[v]
         for j in range(d):
             put(tf, base + j, row[j] * inv)
     else:
@@ -237,16 +245,16 @@ def _store_row(row, v, d, tf, fold):
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold):
     d = np.uint64(carry.shape[1])
-    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold[0].ravel()
+    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold.store.ravel()
     last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
-        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
+        row = np.empty(carry.shape[1] if fold.once else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
             tail = straddle and v == part_node[c0]
-            if fold[1]:
+            if fold.once:
                 dst, base = row, np.uint64(0)
                 if k == c0 or part_node[k - 1] != v:
                     _open_row(row, sf, v, d, fold, tail)
@@ -273,7 +281,7 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold)
                 for j in range(d):
                     dst[base + j] += load(sf, b0 + j)
                 e += 1
-            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+            if fold.once and (k + 1 == c1 or part_node[k + 1] != v):
                 spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
                 _close_row(row, v, c, d, cf, hf, tf, fold, tail, spills)
 
@@ -281,16 +289,16 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold)
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold):
     d = np.uint64(carry.shape[1])
-    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold[0].ravel()
+    sf, of, cf, hf, tf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), fold.store.ravel()
     last = indices.size - PREFETCH - 4
     for c in numba.prange(cuts.size - 1):
         c0, c1 = cuts[c], cuts[c + 1]
         straddle = c > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
-        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
+        row = np.empty(carry.shape[1] if fold.once else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
             tail = straddle and v == part_node[c0]
-            if fold[1]:
+            if fold.once:
                 dst, base = row, np.uint64(0)
                 if k == c0 or part_node[k - 1] != v:
                     _open_row(row, sf, v, d, fold, tail)
@@ -319,7 +327,7 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, 
                 for j in range(d):
                     dst[base + j] += w0 * load(sf, b0 + j)
                 e += 1
-            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+            if fold.once and (k + 1 == c1 or part_node[k + 1] != v):
                 spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
                 _close_row(row, v, c, d, cf, hf, tf, fold, tail, spills)
 
@@ -330,16 +338,16 @@ def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, car
     nh = np.uint64(weights.shape[1])
     c = d // nh
     sf, of, cf, hf, wf = src.ravel(), out.ravel(), carry.ravel(), head.ravel(), weights.ravel()
-    tf = fold[0].ravel()
+    tf = fold.store.ravel()
     last = indices.size - PREFETCH - 2
     for ch in numba.prange(cuts.size - 1):
         c0, c1 = cuts[ch], cuts[ch + 1]
         straddle = ch > 0 and c0 < c1 and part_node[c0] == part_node[c0 - 1]
-        row = np.empty(carry.shape[1] if fold[1] else 0, cf.dtype)
+        row = np.empty(carry.shape[1] if fold.once else 0, cf.dtype)
         for k in range(c0, c1):
             v = part_node[k]
             tail = straddle and v == part_node[c0]
-            if fold[1]:
+            if fold.once:
                 dst, base = row, np.uint64(0)
                 if k == c0 or part_node[k - 1] != v:
                     _open_row(row, sf, v, d, fold, tail)
@@ -368,7 +376,7 @@ def _accumulate_heads(part_ptr, part_node, cuts, indices, weights, src, out, car
                     for j in range(h * c, h * c + c):
                         dst[base + j] += x0 * load(sf, b0 + j)
                 e += 1
-            if fold[1] and (k + 1 == c1 or part_node[k + 1] != v):
+            if fold.once and (k + 1 == c1 or part_node[k + 1] != v):
                 spills = k + 1 == c1 and c1 < part_node.size and part_node[c1] == v
                 _close_row(row, v, ch, d, cf, hf, tf, fold, tail, spills)
 
@@ -378,7 +386,7 @@ def _merge_carries(part_node, cuts, out, carry, head, fold):
     """Each chunk's tail row (carry[c]) to its node: added to out's row; folding, summed
     after the head row of the chunk where the node began, then stored (same order)."""
     d = carry.shape[1]
-    if not fold[1]:
+    if not fold.once:
         for c in range(1, cuts.size - 1):
             c0 = cuts[c]
             if c0 < cuts[c + 1] and part_node[c0] == part_node[c0 - 1]:
@@ -403,20 +411,20 @@ def _merge_carries(part_node, cuts, out, carry, head, fold):
                 break
             for j in range(d):
                 row[j] += carry[c2, j]
-        _store_row(row, v, np.uint64(d), fold[0].ravel(), fold)
+        _store_row(row, v, np.uint64(d), fold.store.ravel(), fold)
 
 
 @numba.njit(cache=True, parallel=True)
 def _fill_isolated(x, fold):
     """Folding, the rows of nodes with no in-edge: (1+eps)·x[v] for GIN, else 0."""
-    store, deg = fold[0], fold[4]
+    store, deg = fold.store, fold.deg
     d = np.uint64(store.shape[1])
     xf, tf = x.ravel(), store.ravel()
     for v in numba.prange(store.shape[0]):
         if deg[v] == 0:
             b = np.uint64(v) * d
             for j in range(d):
-                put(tf, b + j, fold[2] * load(xf, b + j) if fold[3] else 0.0)
+                put(tf, b + j, fold.init * load(xf, b + j) if fold.from_x else 0.0)
 
 
 @numba.njit(cache=True, parallel=True)
