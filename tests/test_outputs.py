@@ -26,6 +26,8 @@ from conftest import ROOT, mpirun, random_graph
 PAUSED = """
 import faulthandler, os, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # _ended's stacks of a hang
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as at a terminal: a shell
+# starts its background jobs (make test &) with SIGINT ignored, and children inherit it
 import mgg.partition.distributed as dist
 import mgg.partition.shards as shards
 from mgg.cli import main
