@@ -84,6 +84,19 @@ class Backend:
 
             cupy.cuda.Device().synchronize()
 
+    def peak_device_bytes(self, comm=None) -> int | None:
+        """This process's peak device memory in its pools: torch's caching allocator (its
+        peak reserved), CuPy's pool (what it holds now, which is its peak: it frees nothing
+        back) and the NVSHMEM heap of ``comm``, where it has one; the CUDA context is not
+        counted. None on cpu."""
+        if not self.gpu:
+            return None
+        import cupy
+        import torch
+
+        pools = torch.cuda.max_memory_reserved() + cupy.get_default_memory_pool().total_bytes()
+        return int(pools + (getattr(comm, "heap", 0) if getattr(comm, "device_memory", 0) else 0))
+
     def comm(self, knobs: Knobs = DEFAULTS):
         """The world comm of this job. MPI comes up first on every backend, so that from
         here on a failing rank aborts the job, in the window ``knobs.window`` (None: auto);

@@ -212,6 +212,12 @@ FEATURELESS_WIDTH = 64  # this many seeded random features
 # the GPU (--backend cuda): the CUDA context, cuBLAS's and torch's and cupy's pools at rest;
 # not calibrated on a GPU yet (docs/data.md)
 DEVICE_BASELINE = 640 * 2**20
+# streamed input features (mgg.torch.HostRows): per row of a chunk, two buffers and the
+# dropped-out copy of one in the job's dtype (and for bf16 one in float32: the weights'
+# gradient is summed in float32)
+STREAM_COPIES = 3
+# the smallest chunk worth a copy (or all of a rank's rows, when it has fewer)
+STREAM_MIN_ROWS = 1024
 
 
 class Parts(dict):
@@ -252,12 +258,15 @@ def estimate(
     labeled: int | None = None,
     rows: int | None = None,
     device: bool = False,
+    stream: int = 0,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
     the peak (the baseline plus the largest phase: load, partition, run).
     ``rows``: this rank's node rows (default N/P); ``device``: what the GPU of a cuda job
-    holds (train and check: no load phase; NVSHMEM windows hold a rank's own rows).
+    holds (train and check: no load phase; NVSHMEM windows hold a rank's own rows);
+    ``stream``: (device, train) the dense input features stay in host memory and stream
+    through the device in chunks of this many rows (mgg.torch.HostRows).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -293,6 +302,12 @@ def estimate(
     model["labeled"] = -(-(n if labeled is None else labeled) // p)
     if device:
         own = node_data * rows // max(n, 1)
+        if feature_nnz is None:  # dense features on the device: the rows' dtype
+            own -= (fb - rb) * rows * f
+        if stream and command == "train":
+            own -= rb * rows * f  # the features stay on the host
+            per_row = f * (STREAM_COPIES * rb + (4 if rb < 4 else 0))
+            model["streamed"] = per_row * min(int(stream), rows)
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
         return _device(command, plan, *args)
     if sharded:
@@ -359,13 +374,17 @@ def _train_parts(
     aggregates,
     recompute,
     labeled,
+    streamed=0,
 ) -> list[int]:
     """Adds a training rank's activations (attention), and model with its gradients and
     optimizer state, to ``part``; returns the widths the layers aggregate at (``aggregates``:
     'narrower' of input and output, as GCN and SAGE; 'input', GIN; 'output', GAT; sparse
-    input features are transformed first)."""
+    and streamed input features are transformed first). ``streamed``: the bytes of the
+    chunks of streamed features (then no [rows, F] activation)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
-    in_width = f if feature_nnz is None else 0
+    in_width = f if feature_nnz is None and not streamed else 0
+    if streamed:
+        part["stream"] = int(streamed)
     pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
     ins = [in_width] + widths[:-1]
     agg = {pick(a, b) if a else b for a, b in zip(ins, widths, strict=True)}
@@ -593,7 +612,9 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     per rank (``per_rank``: rank, rows, ``total_bytes`` and ``parts`` on the host, and with
     ``device`` the GPU's as ``device``: the host then holds the data and the plan, the GPU
     the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
-    with ``suggest``, the ``fixes`` that fit when it does not."""
+    with ``suggest``, the ``fixes`` that fit when it does not. A training rank whose GPU
+    would not hold it keeps its dense features in host memory and streams them
+    (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`)."""
     d = job_facts(ds)
     kw.pop("rows", None)  # each rank's, from bounds
     per_rank, memo = [], {}
@@ -603,6 +624,14 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
             gpu = None
             if device:
                 gpu = job_estimate(d, ranks, command, model=model, rows=rows, device=True, **kw)
+                if gpu["total"] > budget["device"]:
+                    chunk = stream_rows(d, ranks, command, budget["device"], model, rows, kw)
+                    if chunk:
+                        gpu = job_estimate(
+                            d, ranks, command, model=model, rows=rows, device=True,
+                            stream=chunk, **kw,
+                        )  # fmt: skip
+                        gpu["stream_rows"] = chunk
                 host = {k: host[k] for k in HOST_PARTS if k in host}
                 host["total"] = sum(host.values())
             memo[rows] = host, gpu
@@ -610,6 +639,8 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
         item = {"rank": r, "rows": rows, "total_bytes": host["total"], "parts": _parts(host)}
         if gpu is not None:
             item["device"] = {"total_bytes": gpu["total"], "parts": _parts(gpu)}
+            if "stream_rows" in gpu:
+                item["device"]["stream_rows"] = gpu["stream_rows"]
         per_rank.append(item)
     fits = _fits(per_rank, budget)
     out = {"command": command, "np": ranks, "budget": budget, "fits": fits, "per_rank": per_rank}
@@ -618,8 +649,21 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     return out
 
 
+def stream_rows(d: dict, ranks: int, command: str, budget: int, model, rows: int, kw) -> int:
+    """The most rows of dense input features a chunk streamed through a GPU of
+    ``budget`` bytes may hold beside the rest of the training rank (at most its ``rows``);
+    0 when the job has no dense features to stream or a chunk would hold fewer than
+    STREAM_MIN_ROWS (or ``rows``)."""
+    if command != "train" or d["feature_nnz"] is not None or not d["features"] or rows < 1:
+        return 0
+    one = job_estimate(d, ranks, command, model=model, rows=rows, device=True, stream=1, **kw)
+    per_row = one["stream"]
+    chunk = min(rows, (budget - (one["total"] - per_row)) // per_row)
+    return int(chunk) if chunk >= min(STREAM_MIN_ROWS, rows) else 0
+
+
 def _parts(est: dict) -> dict:
-    return {k: int(v) for k, v in est.items() if k != "total"}
+    return {k: int(v) for k, v in est.items() if k not in ("total", "stream_rows")}
 
 
 def _fits(per_rank: list, budget: dict) -> bool:

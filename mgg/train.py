@@ -28,7 +28,15 @@ from .partition import order as node_order
 from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
-from .torch import SparseRows, as_features, graph_kind, save_model, sync_gradients
+from .torch import (
+    HostRows,
+    InputRows,
+    SparseRows,
+    as_features,
+    graph_kind,
+    save_model,
+    sync_gradients,
+)
 from .torch.graphs import CapturedStep
 from .tuner import Protocol, Workload, drive
 
@@ -41,14 +49,15 @@ UNREAD_MAX = 100  # steps whose losses wait on the device at most (then read_los
 class LocalData:
     """This rank's rows of the node data (n = ub - lb), on the job's device.
 
-    x  float32 tensor [n, F] or SparseRows;  y int64 tensor [n];  masks bool tensors [n]
+    x  tensor [n, F] of the job's dtype, SparseRows, or HostRows (streamed from host
+       memory);  y int64 tensor [n];  masks bool tensors [n]
     identity  what the job trains on, the same on every rank (prepare; checkpoints record
               it and a resume must match it: mgg.checkpoint.check_data)
     node_ids  int64 [n] (numpy): the original id of each row; the rows are in the job's
               node order (``order``: its name, computed in ``order_seconds``)
     """
 
-    x: torch.Tensor | SparseRows
+    x: torch.Tensor | InputRows
     y: torch.Tensor
     train_mask: torch.Tensor
     val_mask: torch.Tensor
@@ -75,6 +84,7 @@ def prepare(
     source: dict | None = None,
     order_file=None,
     keep_source: bool = False,
+    stream_rows: int | None = None,
     **given,
 ) -> tuple[DistGraph, LocalData]:
     """This rank's plan and node data for the job of ``comm``.
@@ -99,7 +109,9 @@ def prepare(
     so it is the same at any rank count and for a sharded dataset as for the file it was
     partitioned from. ``keep_source``: keep the graph before ``model``'s loops and
     weights, so that layers wanting another kind derive it (DistGraph.derive; a sharded
-    dataset has only its own).
+    dataset has only its own). ``stream_rows``: dense features stay in host memory
+    (HostRows) and stream through the device this many rows at a time (what
+    mgg.memory.plan says when they do not fit on the device beside the rest).
     """
     if comm is None and process.job_size() > 1:
         raise InputError(
@@ -181,7 +193,10 @@ def prepare(
 
         device = torch.device("cuda", cupy.cuda.Device().id)
         torch.cuda.set_device(device)
-    if sp.issparse(x) and be.gpu:
+    if stream_rows and not sp.issparse(x):
+        x = HostRows.of(x, dg, stream_rows)
+        notes += f"; features streamed from host memory, {x.chunk:,} rows at a time"
+    elif sp.issparse(x) and be.gpu:
         x = be.to_device(x)
     y = np.asarray(rows.y)
     y = y.astype(np.float32) if y.ndim == 2 else y.astype(np.int64)  # 2-D: multi-label
@@ -442,7 +457,10 @@ class Trainer:
         products overflow); the model overflows on its first step (no optimizer step
         before it); else the learning rate made training diverge."""
         x = self.data.x
-        v = torch.as_tensor(to_host(x.m.data)) if isinstance(x, SparseRows) else x.detach()
+        if isinstance(x, SparseRows):
+            v = torch.as_tensor(to_host(x.m.data))
+        else:
+            v = x.host if isinstance(x, HostRows) else x.detach()
         ok = torch.isfinite(v)
         local = [float((~ok).sum()), float(v[ok].abs().max()) if bool(ok.any()) else 0.0]
         if self.comm is not None:

@@ -52,6 +52,39 @@ def order_file_arg(s) -> None:
     s.add_argument("--order-file", default=None, help=ORDER_FILE)
 
 
+def device_memory_arg(s, what: str) -> None:
+    s.add_argument("--device-memory", type=size, default=None, help=what)
+
+
+def size(text: str) -> str:
+    """argparse type of a memory size: 2G, 512M, 1.5GiB or a byte count (kept as given)."""
+    from ..memory import parse_size
+
+    try:
+        parse_size(text)
+    except InputError:
+        raise argparse.ArgumentTypeError(
+            f"expected a size like 2G, 512M, 1.5GiB or a byte count, got {text!r}"
+        ) from None
+    return text
+
+
+def device_budget(text: str | None, default: str) -> tuple[int, str]:
+    """(a rank's GPU memory in bytes, how it was found): ``text`` (--device-memory), else
+    the GPU's, else ``default``."""
+    from ..memory import parse_size
+
+    how = "--device-memory"
+    if text is None:
+        try:
+            import cupy
+
+            text, how = str(cupy.cuda.Device().mem_info[1]), "the GPU's"
+        except Exception:  # noqa: BLE001 - no cupy, no driver, no device
+            text, how = default, "assumed (no GPU here; give --device-memory):"
+    return parse_size(text), f"{how} {text}"
+
+
 def knob_args(s, names, extra: dict | None = None) -> None:
     """A flag per knob of ``names`` (mgg.knobs: help, values, default), None when not
     given; ``extra``: {knob: (value, what it means)} a command adds to a knob's values."""

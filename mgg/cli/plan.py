@@ -5,10 +5,19 @@ datasets are planned from their counts alone; other inputs are read first."""
 
 from __future__ import annotations
 
-import argparse
-
 from ..knobs import flag_help
-from .common import emit, format_table, graph_args, integer, knob_type, open_dataset, quiet
+from .common import (
+    device_budget,
+    device_memory_arg,
+    emit,
+    format_table,
+    graph_args,
+    integer,
+    knob_type,
+    open_dataset,
+    quiet,
+    size,
+)
 
 COMMANDS = ("train", "check", "partition")
 DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
@@ -40,12 +49,7 @@ def add(sub):
     s.add_argument(
         "--host-memory", type=size, default=None, help="a rank's host memory (default: measured)"
     )
-    s.add_argument(
-        "--device-memory",
-        type=size,
-        default=None,
-        help=f"a rank's GPU memory (default: the GPU's, else {DEVICE_DEFAULT})",
-    )
+    device_memory_arg(s, f"a rank's GPU memory (default: the GPU's, else {DEVICE_DEFAULT})")
     s.add_argument(
         "--sharded",
         action="store_true",
@@ -53,20 +57,6 @@ def add(sub):
     )
     s.add_argument("--json", action="store_true")
     return s
-
-
-def size(text: str) -> str:
-    """argparse type of a memory size: 2G, 512M, 1.5GiB or a byte count (kept as given)."""
-    from ..errors import InputError
-    from ..memory import parse_size
-
-    try:
-        parse_size(text)
-    except InputError:
-        raise argparse.ArgumentTypeError(
-            f"expected a size like 2G, 512M, 1.5GiB or a byte count, got {text!r}"
-        ) from None
-    return text
 
 
 def main(args) -> int:
@@ -123,20 +113,8 @@ def _budget(args) -> tuple[dict, dict]:
         host, host_how = available(args.ranks_per_node or args.np)
     budget, how = {"host": host}, {"host": host_how}
     if args.backend == "cuda":
-        text, dev_how = args.device_memory, "--device-memory"
-        if text is None:
-            text, dev_how = _gpu_memory()
-        budget["device"], how["device"] = parse_size(text), f"{dev_how} {text}"
+        budget["device"], how["device"] = device_budget(args.device_memory, DEVICE_DEFAULT)
     return budget, how
-
-
-def _gpu_memory() -> tuple[str, str]:
-    try:
-        import cupy
-
-        return str(cupy.cuda.Device(0).mem_info[1]), "the GPU's"
-    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
-        return DEVICE_DEFAULT, "assumed (no GPU here; give --device-memory):"
 
 
 def _print(args, out: dict) -> None:
@@ -165,7 +143,10 @@ def _print(args, out: dict) -> None:
     )
     print(format_table([*rows, total, has], heads))
     print("budget: " + "; ".join(f"{k} from {v}" for k, v in out["budget_how"].items()))
-    if out["fits"]:
+    chunk = big.get("device", {}).get("stream_rows")
+    if out["fits"] and chunk:
+        print(f"fits, the input features streamed from host memory {chunk:,} rows at a time")
+    elif out["fits"]:
         print("fits")
     elif out["fixes"]:
         print(f"does not fit; it would with {' or '.join(out['fixes'])}")

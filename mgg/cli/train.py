@@ -13,6 +13,7 @@ from .common import (
     GRAPH,
     SHARDED,
     config,
+    device_memory_arg,
     emit,
     fraction,
     integer,
@@ -33,6 +34,12 @@ MODEL = (
 )
 
 
+DEVICE_MEMORY = (
+    "a rank's device memory to plan against (default on cuda: the GPU's): dense input "
+    "features that do not fit beside the rest stay in host memory and stream through the "
+    "device in chunks (refused, naming what would fit, when even that does not fit); on "
+    "cpu, a simulated device of this size"
+)
 RECOMPUTE = (
     "keep only each layer's input for the backward pass and compute the layer again there "
     "(less memory, one more forward per step)"
@@ -72,6 +79,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
     s.add_argument("--recompute", action="store_true", help=RECOMPUTE)
+    device_memory_arg(s, DEVICE_MEMORY)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
     order_file_arg(s)
@@ -165,6 +173,10 @@ def main(args) -> int:
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
     fit_allocator(planned.returns_freed)
+    device = None
+    if args.device_memory is not None or backend.gpu:
+        device = _device_plan(args, ds, comm.size, job)
+    mine = device["per_rank"][comm.rank]["device"] if device else {}
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(
         ds,
@@ -179,6 +191,7 @@ def main(args) -> int:
         if isinstance(ds, ShardedDataset)
         else dataset_source(args.dataset, args.scale, args.seed),
         order_file=args.order_file,
+        stream_rows=mine.get("stream_rows"),
     )
     setup_s = time.perf_counter() - t0
     model = build_model(
@@ -213,6 +226,12 @@ def main(args) -> int:
             + ", ".join(f"{k} {format_bytes(v)}" for v, k in reversed(big))
             + f") of {format_bytes(have)} ({how}); mgg plan has every part"
         )
+        if device:
+            big = max(device["per_rank"], key=lambda r: r["device"]["total_bytes"])["device"]
+            say(
+                f"device plan per rank: {format_bytes(big['total_bytes'])} of "
+                f"{format_bytes(device['budget']['device'])} ({device['budget_how']})"
+            )
     trainer = Trainer(
         dg,
         data,
@@ -259,7 +278,10 @@ def main(args) -> int:
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
         "memory_estimate_mb": round(planned["total"] / 2**20, 1),
         "planned_bytes": int(planned["total"]),
+        "planned_device_bytes": _most(device, "total_bytes"),
+        "stream_rows": _most(device, "stream_rows"),
         "pss_mb": comm.allgather(pss_mb()),
+        "peak_device_bytes": comm.allgather(backend.peak_device_bytes(comm)),
     }
     result["peak_bytes"] = int(max(result["peak_rss_mb"]) * 2**20)  # the largest rank's
     if say:
@@ -278,3 +300,39 @@ def main(args) -> int:
     if lead:
         emit(args, result)
     return 0
+
+
+def _device_plan(args, ds, ranks: int, job: dict) -> dict | None:
+    """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
+    rank's device holds, and how many rows of streamed features a chunk holds where the
+    features do not fit. Refused when even streaming does not fit with --device-memory
+    given; without it (the GPU's own memory, an estimate not yet calibrated on a GPU:
+    docs/data.md) a warning."""
+    from ..errors import ResourceError
+    from ..memory import format_bytes, plan
+    from ..partition.shards import ShardedDataset
+    from .common import device_budget
+
+    budget, how = device_budget(args.device_memory, "80G")
+    bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
+    out = plan(ds, ranks, "train", budget={"host": 2**62, "device": budget}, device=True,
+               bounds=bounds, **job)  # fmt: skip
+    out["budget_how"] = how
+    if out["fits"]:
+        return out
+    big = max(r["device"]["total_bytes"] for r in out["per_rank"])
+    why = (
+        f"mgg train on {ranks} rank(s) needs about {format_bytes(big)} per device, its "
+        f"features streamed or not, but a device has {format_bytes(budget)} ({how})"
+    )
+    fixes = f"; it would fit with {' or '.join(out['fixes'])}" if out["fixes"] else ""
+    if args.device_memory is not None:
+        raise ResourceError(f"--device-memory {args.device_memory}: {why}{fixes}")
+    print(f"mgg train: warning: {why}{fixes}", file=sys.stderr)
+    return out
+
+
+def _most(device: dict | None, key: str):
+    """The largest rank's ``key`` of the device plan (None without one or where no rank has it)."""
+    values = [r["device"][key] for r in (device or {}).get("per_rank", ()) if key in r["device"]]
+    return max(values) if values else None

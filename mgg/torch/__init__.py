@@ -27,6 +27,8 @@ from .layers import (
 from .message import MessagePassing, scatter, softmax
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .ops import (
+    HostRows,
+    InputRows,
     SparseRows,
     aggregate,
     all_reduce,
@@ -61,6 +63,8 @@ __all__ = [
     "as_features",
     "as_tensor",
     "SparseRows",
+    "HostRows",
+    "InputRows",
     "GCNConv",
     "SAGEConv",
     "GINConv",

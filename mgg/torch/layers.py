@@ -1,9 +1,9 @@
 """Layers with PyG's signatures over the distributed graph.
 
-A layer's ``forward(x, g)`` takes this rank's rows x [n, in] (a tensor, or SparseRows for
-sparse input features) and the job's DistGraph g, and returns [n, out]. Autograd does the
-rest: each aggregation's backward runs over the transposed plan. Parameter names follow
-PyG, so ``layer.load_state_dict(pyg_layer.state_dict())`` works.
+A layer's ``forward(x, g)`` takes this rank's rows x [n, in] (a tensor, or InputRows for
+input features: SparseRows, HostRows) and the job's DistGraph g, and returns [n, out].
+Autograd does the rest: each aggregation's backward runs over the transposed plan.
+Parameter names follow PyG, so ``layer.load_state_dict(pyg_layer.state_dict())`` works.
 
 Writing a new layer: subclass MessagePassing (PyG's contract: mgg.torch.message), or
 torch.nn.Module with ``forward(x, g)`` (first ``check_graph(g, name)``, as every layer
@@ -31,7 +31,7 @@ from ..graph.core import GRAPH_KINDS
 from ..precision import accumulator, torch_dtype
 from .message import MessagePassing, scatter, softmax
 from .ops import (
-    SparseRows,
+    InputRows,
     _held,
     aggregate,
     all_reduce,
@@ -74,9 +74,9 @@ def pyg_widths():
 
 
 def _narrower(x, out_dim: int, pyg: bool) -> bool:
-    """Transform before aggregating: x is sparse; else, inside ``pyg_widths``, PyG's order
-    ``pyg``; else the output is narrower."""
-    if isinstance(x, SparseRows):
+    """Transform before aggregating: x is InputRows (sparse, or streamed); else, inside
+    ``pyg_widths``, PyG's order ``pyg``; else the output is narrower."""
+    if isinstance(x, InputRows):
         return True
     return pyg if _pyg_order else out_dim < x.shape[1]
 
@@ -279,13 +279,19 @@ class SAGEConv(MessagePassing):
         linear_first = self.aggr in ("add", "sum", "mean") and _narrower(
             h, self.out_channels, pyg=False
         )
+        root = None
         if linear_first:  # the sum and mean commute with W_l
-            y = self.propagate(gg, x=_linear(h, w))
+            if self.lin_r is not None and isinstance(h, InputRows):  # one pass over x
+                both = _linear(h, torch.cat([w, self.lin_r.weight]))
+                xw, root = both.split(self.out_channels, dim=1)
+            else:
+                xw = _linear(h, w)
+            y = self.propagate(gg, x=xw)
             y = y if b is None else y + like(b, y)
         else:
             y = _linear(self.propagate(gg, x=h), w, b)
         if self.lin_r is not None:
-            y = y + _linear(x, self.lin_r.weight).to(y.dtype)
+            y = y + (_linear(x, self.lin_r.weight) if root is None else root).to(y.dtype)
         return F.normalize(y, p=2.0, dim=-1) if self.normalize else y
 
     def fused(self) -> bool:
@@ -418,8 +424,10 @@ class GINConv(MessagePassing):
         narrow = first is not None and _narrower(x, first.out_features, pyg=False)
         if narrow:
             x = _linear(x, first.weight)
-        elif isinstance(x, SparseRows):
-            raise ValueError("GINConv on sparse features needs an nn starting with a Linear")
+        elif isinstance(x, InputRows):
+            raise ValueError(
+                f"GINConv on {x.what} ({type(x).__name__}) needs an nn starting with a Linear"
+            )
         h = self.propagate(gg, x=x)
         if narrow and first.bias is not None:
             h = h + like(first.bias, h)

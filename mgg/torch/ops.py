@@ -102,14 +102,15 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
     return np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
 
 
-class SparseRows:
-    """This rank's rows of sparse input features: a CSR matrix [n, F] (scipy on the CPU,
-    cupyx on the GPU). Input features need no gradient, so they stay a matrix, multiplied
-    by ``linear`` without ever being densified. With its job's DistGraph ``g`` it takes
-    ``F.dropout`` and ``F.linear`` (``nn.Linear``) as a tensor does, giving Rows."""
+class InputRows:
+    """Input features, which need no gradient: they are only dropped out (``dropout``)
+    and multiplied (``linear``), so they may stay in a form no tensor op takes:
+    SparseRows (a CSR matrix) or HostRows (dense rows in host memory, streamed). With
+    the job's DistGraph ``g`` they take ``F.dropout`` and ``F.linear`` (``nn.Linear``)
+    as a tensor does, giving Rows."""
 
-    def __init__(self, m, g=None):
-        self.m, self.g = m, g
+    g = None
+    what = "input features"
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -123,14 +124,10 @@ class SparseRows:
         if func is F.dropout and x.g is not None:
             return dropout(x, x.g, *args[1:], **{k: v for k, v in kwargs.items() if k != "inplace"})
         raise TypeError(
-            f"{getattr(func, '__name__', func)} on sparse input features (SparseRows): mgg "
+            f"{getattr(func, '__name__', func)} on {cls.what} ({cls.__name__}): mgg "
             "multiplies them (F.linear, nn.Linear, mgg layers) and drops them out "
             "(F.dropout); x.to_dense() gives a tensor"
         )
-
-    @property
-    def shape(self):
-        return self.m.shape
 
     def size(self, dim: int | None = None):
         return self.shape if dim is None else self.shape[dim]
@@ -139,6 +136,27 @@ class SparseRows:
         return 2
 
     ndim = property(dim)
+
+    def _rows(self, t: torch.Tensor) -> torch.Tensor:
+        if self.g is None:
+            return t
+        from .rows import Rows
+
+        return Rows.of(t, self.g)
+
+
+class SparseRows(InputRows):
+    """This rank's rows of sparse input features: a CSR matrix [n, F] (scipy on the CPU,
+    cupyx on the GPU), multiplied by ``linear`` without ever being densified."""
+
+    what = "sparse input features"
+
+    def __init__(self, m, g=None):
+        self.m, self.g = m, g
+
+    @property
+    def shape(self):
+        return self.m.shape
 
     @property
     def dtype(self) -> torch.dtype:
@@ -157,12 +175,7 @@ class SparseRows:
         return self._dense(self.m)
 
     def _dense(self, m) -> torch.Tensor:
-        t = as_tensor(m.toarray())
-        if self.g is None:
-            return t
-        from .rows import Rows
-
-        return Rows.of(t, self.g)
+        return self._rows(as_tensor(m.toarray()))
 
     @property
     def device(self) -> torch.device:
@@ -183,13 +196,187 @@ class _SparseLinear(Op):
         return as_tensor((ctx.x.m.T @ as_array(dy)).T), None  # CSC @ dense: no transpose
 
 
+class HostRows(InputRows):
+    """This rank's dense input features [n, F] kept in host memory (pinned when the job
+    runs on a GPU) and streamed through ``device`` ``chunk`` rows at a time, the copy of
+    chunk k+1 overlapped with the work on chunk k (NeuGraph's streaming): what a job does
+    whose features do not fit on the device beside the rest (mgg.memory.plan sizes the
+    chunks). ``dropout`` gives HostRows whose chunks are dropped out on the device with
+    the masks of the whole rows (keyed by global row). On the CPU backend the device is
+    simulated: a copy thread fills the two chunk buffers, as a GPU's copy engine does."""
+
+    what = "input features streamed from host memory"
+
+    def __init__(self, host: torch.Tensor, g, chunk: int, device=None, drops=()):
+        if int(chunk) < 1:
+            raise ValueError(f"HostRows: chunk must be >= 1 row, got {chunk}")
+        self.host, self.g, self.chunk = host, g, int(chunk)
+        self.device = torch.device(device if device is not None else host.device)
+        self.drops = tuple(drops)  # each dropout's (key, threshold, scale, key_at), in order
+
+    @classmethod
+    def of(cls, x, g, chunk: int) -> HostRows:
+        """x [n, F] (a numpy array or a CPU tensor) kept on the host, pinned when ``g``
+        runs on a GPU, streamed to g's device."""
+        t = x if isinstance(x, torch.Tensor) else as_tensor(x)
+        if not g.backend.gpu:
+            return cls(t, g, chunk)
+        return cls(t.pin_memory(), g, chunk, torch.device("cuda", torch.cuda.current_device()))
+
+    @property
+    def shape(self):
+        return tuple(self.host.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.host.dtype
+
+    def to(self, *args, **kwargs) -> HostRows:
+        """Itself: the rows stay on the host and stream."""
+        return self
+
+    def dropped(self, drop) -> HostRows:
+        """These rows with one more dropout, ``drop``: (key, threshold, scale, key_at)."""
+        return HostRows(self.host, self.g, self.chunk, self.device, (*self.drops, drop))
+
+    def __getitem__(self, rows) -> torch.Tensor:
+        """The rows a mask or index [n] selects, on the device, dropped out (Rows when the
+        graph is known)."""
+        if self.drops:  # the masks are keyed by global row: drop every row, then select
+            return self._rows(self._drop(self.host.to(self.device), 0)[rows])
+        rows = rows.cpu() if isinstance(rows, torch.Tensor) else rows
+        return self._rows(self.host[rows].to(self.device))
+
+    def to_dense(self) -> torch.Tensor:
+        """[n, F] on the device, dropped out: every row at once (Rows when the graph is known)."""
+        return self._rows(self._drop(self.host.to(self.device), 0))
+
+    def chunks(self):
+        """(start, stop, the rows [stop - start, F] on the device, dropped out) for each
+        chunk in order; the next chunk is copied while the caller works on this one."""
+        n, f = self.shape
+        size = max(1, min(self.chunk, n))
+        cuts = [(s, min(s + size, n)) for s in range(0, n, size)]
+        bufs = [torch.empty((size, f), dtype=self.dtype, device=self.device) for _ in cuts[:2]]
+        copies = _Copies(self.device)
+
+        def put(k):
+            s, e = cuts[k]
+            copies.put(k, bufs[k % 2][: e - s], self.host[s:e])
+
+        try:
+            if cuts:
+                put(0)
+            for k, (s, e) in enumerate(cuts):
+                if k + 1 < len(cuts):
+                    put(k + 1)
+                copies.wait(k)
+                yield s, e, self._drop(bufs[k % 2][: e - s], s)
+                copies.free(k)
+        finally:
+            copies.close()
+
+    def _drop(self, t: torch.Tensor, start: int) -> torch.Tensor:
+        nn = self.g.backend.nn if self.drops else None
+        for key, threshold, scale, key_at in self.drops:
+            lb = self.g.lb + start
+            t = as_tensor(nn.dropout_dense(as_array(t), key, lb, threshold, scale, key_at))
+        return t
+
+    def __repr__(self):
+        return f"HostRows(shape={self.shape}, chunk={self.chunk}, device={self.device})"
+
+
+class _Copies:
+    """Host-to-device copies into a chunk's buffer, beside the work on the previous chunk:
+    on a GPU, a side stream and events (``put`` k waits until buffer k % 2 was ``free``d
+    by chunk k - 2's work; ``wait`` k: the work waits for its copy); on the CPU, a copy
+    thread."""
+
+    _pools: dict = {}
+
+    def __init__(self, device: torch.device):
+        self.gpu, self.pending = device.type == "cuda", {}
+        if self.gpu:
+            self.main = torch.cuda.current_stream(device)
+            self.side = _side_stream(device)
+            self.side.wait_stream(self.main)  # forks a captured step's stream, too
+            self.freed = {}
+        elif "cpu" not in _Copies._pools:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _Copies._pools["cpu"] = ThreadPoolExecutor(1, thread_name_prefix="mgg-copy")
+
+    def put(self, k: int, dst: torch.Tensor, src: torch.Tensor) -> None:
+        if not self.gpu:
+            self.pending[k] = _Copies._pools["cpu"].submit(dst.copy_, src)
+            return
+        with torch.cuda.stream(self.side):
+            if k - 2 in self.freed:
+                self.side.wait_event(self.freed.pop(k - 2))
+            dst.copy_(src, non_blocking=True)
+            self.pending[k] = torch.cuda.Event()
+            self.pending[k].record(self.side)
+
+    def wait(self, k: int) -> None:
+        done = self.pending.pop(k)
+        if self.gpu:
+            self.main.wait_event(done)
+        else:
+            done.result()
+
+    def free(self, k: int) -> None:
+        if self.gpu:
+            self.freed[k] = torch.cuda.Event()
+            self.freed[k].record(self.main)
+
+    def close(self) -> None:
+        """Nothing left in flight: the work joins the copies (and a captured step's side
+        stream rejoins its own)."""
+        if self.gpu:
+            self.main.wait_stream(self.side)
+        else:
+            for done in self.pending.values():
+                done.result()
+        self.pending.clear()
+
+
+@functools.cache
+def _side_stream(device: torch.device):
+    return torch.cuda.Stream(device)
+
+
+class _StreamedLinear(Op):
+    @staticmethod
+    def forward(ctx, weight, x: HostRows):
+        ctx.x = x
+        w = weight.to(x.dtype).T  # bf16 rows: a bf16 copy of the master weights, as ``like``
+        y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
+        for s, e, rows in x.chunks():
+            torch.mm(rows, w, out=y[s:e])
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        """dW = Σ_chunks dyᵀ·x, each chunk streamed again (its dropout again) and summed in
+        float32."""
+        dw = None
+        for s, e, rows in ctx.x.chunks():
+            part = dy[s:e].T.float() @ rows.float()
+            dw = part if dw is None else dw.add_(part)
+        return dw, None
+
+
 def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x Wᵀ + b.  x [n, in] dense tensor or SparseRows; W [out, in]; b [out].
+    """y = x Wᵀ + b.  x [n, in] dense tensor, SparseRows or HostRows; W [out, in]; b [out].
     y has x's dtype: bfloat16 rows multiply a bf16 copy of the (float32, master) weights,
     summed in float32 by the backend's GEMM; sparse features give float32."""
     if isinstance(x, SparseRows):
         y = _SparseLinear.apply(weight, x)
         return y if bias is None else y + bias
+    if isinstance(x, HostRows):
+        y = _StreamedLinear.apply(weight, x)
+        return y if bias is None else y + like(bias, y)
     return torch.nn.functional.linear(x, like(weight, x), None if bias is None else like(bias, x))
 
 
@@ -397,10 +584,9 @@ def _check_tensor(t, g, name: str, shape: str, ndims: tuple, dtype=None) -> None
 def check_rows(x, g, what: str) -> None:
     """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
     check_graph(g, what)
-    if not isinstance(x, torch.Tensor | SparseRows) or not x.shape:
+    if not isinstance(x, torch.Tensor | InputRows) or not x.shape:
         raise TypeError(
-            f"{what}: x must be a tensor of this rank's rows (or SparseRows), got "
-            f"{type(x).__name__}"
+            f"{what}: x must be a tensor of this rank's rows (or InputRows), got {type(x).__name__}"
         )
     if x.shape[0] != g.num_local_nodes:
         raise ValueError(
@@ -502,7 +688,7 @@ class _Recompute(Op):
         if isinstance(x, torch.Tensor):
             ctx.save_for_backward(x)
         else:
-            ctx.x = x  # SparseRows: no gradient
+            ctx.x = x  # InputRows: no gradient
         with torch.no_grad():
             return fn(x)
 
@@ -534,7 +720,7 @@ class _Recompute(Op):
 
 
 def recompute(fn, x, module: torch.nn.Module, g) -> torch.Tensor:
-    """``fn(x)`` (x [n, D] or SparseRows) whose intermediate tensors are not kept for the
+    """``fn(x)`` (x [n, D] or InputRows) whose intermediate tensors are not kept for the
     backward pass but computed again there (NGra's recomputation): a layer's memory falls
     to its input, for one more forward of the layer, aggregation included, per step.
     ``module``: what fn runs (its parameters get their gradients; its buffers are restored
@@ -569,15 +755,18 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
 
     Whether entry (v, j) survives depends only on (seed, step, the call's place in the
     step, global row v, j), never on the number of ranks: P ranks draw the masks of one
-    process. x: [n, D] tensor or SparseRows (stored entries only; no gradient).
+    process. x: [n, D] tensor, SparseRows (stored entries only; no gradient) or HostRows
+    (applied to each chunk as it streams).
     """
     check_rows(x, g, "dropout")
     if not 0 <= p < 1:
         raise ValueError(f"dropout probability must be in [0, 1), got {p}")
     if not training or p == 0:
         return x
-    dtype = x.m.dtype if isinstance(x, SparseRows) else as_array(x[:0]).dtype
+    dtype = x.m.dtype if isinstance(x, SparseRows) else x.dtype
     key, threshold, scale, key_at = _mask_args(p, g, accumulator(dtype))
+    if isinstance(x, HostRows):
+        return x.dropped((key, threshold, scale, key_at))
     if isinstance(x, SparseRows):
         m = g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale, key_at)
         return SparseRows(m, x.g)
@@ -629,10 +818,11 @@ def edge_index(g, device=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def as_features(x, device: str = "cpu"):
-    """Input features as what layers take: a float32 tensor, or SparseRows when sparse."""
+    """Input features as what layers take: a tensor on ``device``, SparseRows when
+    sparse, or InputRows as they are."""
     if is_sparse(x):
         return SparseRows(x)
-    if isinstance(x, torch.Tensor):
+    if isinstance(x, torch.Tensor | InputRows):
         return x
     return as_tensor(x).to(device)
 

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import InputError
-from .ops import SparseRows, allreduce_flat, check_graph, dropout
+from .ops import InputRows, allreduce_flat, check_graph, dropout
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -88,7 +88,7 @@ def _as_rows(out, g):
 
 def _graph_of(args, kwargs):
     for a in tree_flatten((args, kwargs))[0]:
-        if isinstance(a, Rows) or (isinstance(a, SparseRows) and a.g is not None):
+        if isinstance(a, Rows) or (isinstance(a, InputRows) and a.g is not None):
             return a.g
     return None
 
@@ -246,7 +246,7 @@ class DistributedModel(torch.nn.Module):
 
 
 def _dropout(g, x, p=0.5, training=True, inplace=False):
-    if isinstance(x, SparseRows):
+    if isinstance(x, InputRows):
         return dropout(x, g, p, training)
     return Rows.of(dropout(plain(x), g, p, training), g)
 
