@@ -201,6 +201,20 @@ def stages(quick: bool = False) -> dict[str, Stage]:
                 )  # fmt: skip
             ],
         ),
+        "stream": Stage(
+            "stream",
+            "input features streamed from pinned host memory (issue 59, stage 3): a GCN "
+            "epoch held vs under --device-memory budgets that stream rows/2, /4, /8",
+            [
+                Step(
+                    "stream",
+                    [*bench, "bench/stream.py", "--backend", "cuda", "--graph",
+                     "products:scale=0.02" if quick else "products:scale=0.25",
+                     "--repeat", "1" if quick else "2"],
+                    420,
+                )  # fmt: skip
+            ],
+        ),
         "nvshmem": Stage(
             "nvshmem",
             "the aggregation on 2 and 4 NVSHMEM PEs (p2p and get) vs as many virtual PEs",
