@@ -21,11 +21,12 @@ import math
 from pathlib import Path
 
 import numpy as np
-from common import RESULTS, csv_list, mgg_json, write_results
 
 from mgg.graph.specs import resolve, spec_facts
 from mgg.memory import format_bytes, job_estimate, job_facts
 from mgg.torch import MODELS
+
+from common import RESULTS, csv_list, mgg_json, write_results
 
 
 def budgets(spec: str, model: str, dtype: str, ks: list[int]) -> tuple[int, dict]:
@@ -113,8 +114,18 @@ def write(args, table, runs, out_dir: Path, gpu: bool) -> None:
         name,
         {"args": vars(args), "runs": runs},
         table,
-        ["variant", "rows", "stream_rows", "epoch_ms", "vs_held", "planned_device",
-         "peak_device", "peak_rss_mb", "losses_agree", "runs"],  # fmt: skip
+        [
+            "variant",
+            "rows",
+            "stream_rows",
+            "epoch_ms",
+            "vs_held",
+            "planned_device",
+            "peak_device",
+            "peak_rss_mb",
+            "losses_agree",
+            "runs",
+        ],  # fmt: skip
         notes=(
             f"{args.model.upper()} on `{args.graph}` ({args.backend}, {args.dtype}), "
             f"{args.epochs} epochs a run, median of {len(runs['held'])} runs round-robin. "
