@@ -208,9 +208,16 @@ def stages(quick: bool = False) -> dict[str, Stage]:
             [
                 Step(
                     "stream",
-                    [*bench, "bench/stream.py", "--backend", "cuda", "--graph",
-                     "products:scale=0.02" if quick else "products:scale=0.25",
-                     "--repeat", "1" if quick else "2"],
+                    [
+                        *bench,
+                        "bench/stream.py",
+                        "--backend",
+                        "cuda",
+                        "--graph",
+                        "products:scale=0.02" if quick else "products:scale=0.25",
+                        "--repeat",
+                        "1" if quick else "2",
+                    ],
                     420,
                 )  # fmt: skip
             ],
