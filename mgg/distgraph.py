@@ -81,7 +81,10 @@ class DistGraph:
         self._halo = self._edge_transpose = None
         self.cache: dict = {}  # what layers derive from the plan once (index tensors)
         self.kind, self.source = kind, source
-        self._derived: dict[str, DistGraph] = {}
+        self._derived: dict = {}
+        # a restricted graph (restricted): its output rows (int64 [L]) and the graph it
+        # restricts, whose designs its backward passes use
+        self.rows, self.full = None, None
         self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
         # a captured step's keys: int64 [SLOTS] on the device that dropout kernels read
@@ -108,6 +111,12 @@ class DistGraph:
         from (a sharded dataset keeps only its own kind)."""
         if kind == self.kind:
             return self
+        if self.rows is not None:
+            raise InputError(
+                f"{needs} needs the graph {kind!r}, but this graph is restricted to some "
+                "rows (the output layer's, for the labeled rows only): prepare the job for "
+                f"the model (prepare(..., model={kind!r}))"
+            )
         if kind not in self._derived:
             if self.source is None:
                 raise InputError(
@@ -135,6 +144,30 @@ class DistGraph:
             g.keys = self.keys
             self._derived[kind] = g
         return self._derived[kind]
+
+    def restricted(self, rows, key: str) -> DistGraph:
+        """This graph with the in-edges of ``rows`` only (local row ids int [L]; kept as
+        ``key``, so that later calls with that key return it): its aggregations give those
+        rows their sums and the others zero, and the layers that pick rows (GCNConv,
+        SAGEConv) return only rows ``rows`` ([L, out]): an output layer computed for the
+        labeled rows only, over fewer edges and fewer halo rows. Its backward passes run
+        over this graph's transposed plan and designs; its counts are this graph's.
+        Collective on first use of its designs."""
+        key = ("rows", key)
+        if key not in self._derived:
+            g = DistGraph(
+                self.plan.restricted(rows),
+                self.comm,
+                design=self.design,
+                backend=self.backend,
+                dtype=self.dtype if self.dtype == np.float64 else None,
+                knobs=self.knobs,
+                kind=self.kind,
+            )
+            g.keys, g.stats, g.full = self.keys, self.stats, self
+            g.rows = np.array(rows, np.int64)
+            self._derived[key] = g
+        return self._derived[key]
 
     @property
     def num_local_nodes(self) -> int:
@@ -284,6 +317,8 @@ class DistGraph:
     def _design(self, transpose: bool, dim: int):
         """The design whose buffer this direction and width's rows go to next, safe to
         write (collective; set up on first use)."""
+        if transpose and self.full is not None:  # its transposed plan is the full graph's
+            return self.full._design(True, dim)
         key = (transpose and not self.plan.symmetric, dim)  # a symmetric plan is its own
         if key not in self._designs:
             t0 = time.perf_counter()

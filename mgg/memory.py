@@ -191,6 +191,10 @@ ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept,
 # on papers100m (1% labeled), 5.0 on a planted graph with 1,000 classes (all labeled)
 OUTPUT_COPIES = 2.5
 LABELED_COPIES = 2.5
+# with the output layer computed for the labeled rows only (--output-rows labeled): [rows,
+# width] tensors of the width its aggregation runs at (its output over every row, before
+# the labeled ones are picked, and the gradient scattered back)
+PICKED_COPIES = 2
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
 # A training rank whose activations (and attention) would take RETURN_ABOVE bytes or more
@@ -256,6 +260,7 @@ def estimate(
     aggregates: str = "narrower",
     recompute: bool = False,
     labeled: int | None = None,
+    output_rows: str = "all",
     rows: int | None = None,
     device: bool = False,
     stream: int = 0,
@@ -284,7 +289,8 @@ def estimate(
     ``aggregates``: the width each layer aggregates at, which sizes the windows (the
     model's: mgg.torch.models.Spec); ``recompute``: layers keep only their inputs, and one
     layer at a time holds its ``copies`` (and attention) while it runs again;
-    ``labeled``: rows in a split (default all), which the loss and evaluation take.
+    ``labeled``: rows in a split (default all), which the loss and evaluation take;
+    ``output_rows`` 'labeled': the output layer computes those rows only (mgg.train.Trainer).
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -299,6 +305,7 @@ def estimate(
     model = dict(hidden=hidden, layers=layers, heads=heads, copies=copies)
     model.update(edge_floats=edge_floats, params=params, largest_param=largest_param)
     model.update(optimizer=optimizer, aggregates=aggregates, recompute=recompute)
+    model["output_rows"] = output_rows
     model["labeled"] = -(-(n if labeled is None else labeled) // p)
     if device:
         own = node_data * rows // max(n, 1)
@@ -374,6 +381,7 @@ def _train_parts(
     aggregates,
     recompute,
     labeled,
+    output_rows="all",
     streamed=0,
 ) -> list[int]:
     """Adds a training rank's activations (attention), and model with its gradients and
@@ -393,8 +401,14 @@ def _train_parts(
     if recompute:  # each layer's input, and the widest layer's copies while it runs again
         hidden_rows = sum(widths[:-1]) + (copies - 1) * max(widths[:-1], default=0)
         heads_kept = heads if layers > 1 else 1
-    act = rb * rows * (in_width + hidden_rows + OUTPUT_COPIES * widths[-1])
-    act = int(act + 4 * min(labeled, rows) * LABELED_COPIES * widths[-1])
+    picked = min(labeled, rows)
+    if output_rows == "labeled":  # the output layer's rows: the labeled ones
+        last = pick(ins[-1], widths[-1]) if ins[-1] else widths[-1]
+        out = rb * (rows * PICKED_COPIES * last + picked * OUTPUT_COPIES * widths[-1])
+    else:
+        out = rb * rows * OUTPUT_COPIES * widths[-1]
+    act = rb * rows * (in_width + hidden_rows) + out
+    act = int(act + 4 * picked * LABELED_COPIES * widths[-1])
     part["activations"] = act
     if edge_floats:  # attention: per edge and head (the last layer has one head)
         part["attention"] = 4 * edge_floats * heads_kept * (entries + rows)
@@ -675,7 +689,8 @@ def _fits(per_rank: list, budget: dict) -> bool:
 
 
 def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
-    """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, fewer
+    """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, the output
+    layer for the labeled rows only (a model whose last layer can: GCN, SAGE), fewer
     hidden units (halved, down to 8), or more ranks (up to 64x, when each has its own
     budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does. Not --recompute: two
     layers peak in the backward pass with or without it (docs/data.md)."""
@@ -683,6 +698,16 @@ def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
     tries = []
     if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":
         tries.append(("--dtype bfloat16", ranks, {"dtype": "bfloat16"}))
+    d = job_facts(ds)
+    labeled = d.get("labeled")
+    if (
+        command == "train"
+        and kw.get("output_rows", "all") == "all"
+        and getattr(getattr(kw.get("model"), "cls", None), "picks_rows", False)
+        and labeled is not None
+        and labeled < d["n"]
+    ):
+        tries.append(("--output-rows labeled", ranks, {"output_rows": "labeled"}))
     hidden = kw.get("hidden") or getattr(kw.get("model"), "hidden", None)
     while command == "train" and hidden and hidden > 8:
         hidden //= 2

@@ -38,6 +38,7 @@ from .torch import (
     sync_gradients,
 )
 from .torch.graphs import CapturedStep
+from .torch.models import check_rows_of
 from .tuner import Protocol, Workload, drive
 
 FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
@@ -265,7 +266,11 @@ class Trainer:
     search the knobs (``tune_space``, default the device's) in the first epochs; knobs
     this job sets (``config``, flags) are held, not searched. ``cuda_graph``: on a GPU, one
     rank, the step is captured as a CUDA graph after a few eager steps and replayed
-    (mgg.torch.graphs): the same step with no host work.
+    (mgg.torch.graphs): the same step with no host work. ``output_rows`` "labeled": the
+    model's last layer computes only the rows of a split, over their in-edges (``model(x,
+    g, rows=g.restricted(...))``: mgg.torch.Model with a GCNConv or SAGEConv last), which
+    is all the loss and the metrics read; "all" (the default) computes every row.
+    :meth:`predict` computes every row either way.
     """
 
     def __init__(
@@ -290,6 +295,7 @@ class Trainer:
         log=None,
         progress_bar=None,
         cuda_graph: bool = False,
+        output_rows: str = "all",
     ):
         if data.x.shape[0] != graph.num_local_nodes:
             raise ValueError(
@@ -343,8 +349,17 @@ class Trainer:
         self.stopped: int | None = None  # the epoch at which patience ran out
         self.log_dir, self.run_log = log_dir, None
         self.final: dict = {}  # summary()'s evaluation of the selected weights
+        self._y, self._masks = data.y, (data.train_mask, data.val_mask, data.test_mask)
+        self._labeled = None  # output_rows "labeled": the local rows of a split, int64 [L]
+        if output_rows == "labeled":
+            kept = torch.nonzero(self._masks[0] | self._masks[1] | self._masks[2]).squeeze(1)
+            self._labeled = kept.cpu().numpy()
+            self._y, self._masks = self._y[kept], tuple(m[kept] for m in self._masks)
+            check_rows_of(model, graph, graph.restricted(self._labeled, "labeled"), None)
+        elif output_rows != "all":
+            raise InputError(f"--output-rows {output_rows!r}: choose all or labeled")
         # the train rows as indices, once: a boolean mask's indexing waits for the device
-        self._train_rows = torch.nonzero(data.train_mask).squeeze(1)
+        self._train_rows = torch.nonzero(self._masks[0]).squeeze(1)
         if isinstance(config, Knobs):
             graph.configure(config)
         elif config:
@@ -382,12 +397,19 @@ class Trainer:
         a = np.asarray(values, np.float64)
         return a if self.comm is None else self.comm.allreduce(a)
 
-    def _logits(self) -> torch.Tensor:
-        out = self.model(self.data.x, self.g)
-        if out.ndim != 2 or out.shape[0] != self.g.num_local_nodes:
+    def _logits(self, every: bool = False) -> torch.Tensor:
+        """The model's logits: [n, C] over this rank's rows, or with output_rows "labeled"
+        (unless ``every``) [L, C] over its labeled rows."""
+        if self._labeled is None or every:
+            out, want = self.model(self.data.x, self.g), self.g.num_local_nodes
+        else:
+            rows = self.g.restricted(self._labeled, "labeled")
+            out, want = self.model(self.data.x, self.g, rows=rows), self._labeled.size
+        if out.ndim != 2 or out.shape[0] != want:
             raise ValueError(
-                f"the model returned shape {tuple(out.shape)}, expected one row per node of "
-                f"rank {self.g.rank}: ({self.g.num_local_nodes}, classes)"
+                f"the model returned shape {tuple(out.shape)}, expected one row per "
+                f"{'labeled ' if want != self.g.num_local_nodes else ''}node of rank "
+                f"{self.g.rank}: ({want}, classes)"
             )
         return out
 
@@ -505,7 +527,7 @@ class Trainer:
     def _loss_sum(self, logits, rows) -> torch.Tensor:
         """The loss summed over ``rows`` (an index tensor; multi-label: averaged over
         tasks), a 0-d tensor on the device."""
-        out, y = logits.index_select(0, rows), self.data.y.index_select(0, rows)
+        out, y = logits.index_select(0, rows), self._y.index_select(0, rows)
         out = out.float() if out.dtype == torch.bfloat16 else out  # the loss in float32
         if self.multilabel:  # y float32 (prepare)
             return F.binary_cross_entropy_with_logits(out, y, reduction="sum") / y.shape[1]
@@ -515,20 +537,20 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, logits: torch.Tensor | None = None) -> dict:
         """Loss on the train mask and accuracy (multi-label: ROC-AUC) on train, val and test
-        (no dropout) of the model's ``logits`` [n, C] (None: computed here); None for a
+        (no dropout) of the model's ``logits`` [n, C] (with output_rows "labeled": [L, C]
+        over the labeled rows; None: computed here); None for a
         split that is empty (or, ROC-AUC, has no task with both a positive and a negative).
         Collective."""
-        d = self.data
         if logits is None:
             self.model.eval()
             logits = self._logits()
         local = [self._loss_sum(logits, self._train_rows)]
-        masks = (d.train_mask, d.val_mask, d.test_mask)
+        masks = self._masks
         if self.multilabel:
             tot = self.read_losses(local)  # with the steps' losses: one read
             acc = self._global_rocauc(logits, masks)
         else:
-            right = logits.argmax(1) == d.y
+            right = logits.argmax(1) == self._y
             for mask in masks:
                 local += [(right & mask).sum(), mask.sum()]
             tot = self.read_losses(local)
@@ -545,7 +567,7 @@ class Trainer:
         forward pass is): (ids int64 [n], classes int64 [n], or for multi-label targets
         sigmoid scores float32 [n, T]). mgg.infer writes every node's to files."""
         self.model.eval()
-        logits = self._logits()
+        logits = self._logits(every=True)
         out = torch.sigmoid(logits.float()) if self.multilabel else logits.argmax(1)
         return self.data.node_ids, out.cpu().numpy()
 
@@ -553,7 +575,7 @@ class Trainer:
         """ROC-AUC of each mask's rows over all ranks: rank 0 gathers the scores and
         targets, computes, and broadcasts (collective)."""
         scores = logits.detach().float().cpu().numpy()
-        targets = self.data.y.cpu().numpy().astype(np.int8)
+        targets = self._y.cpu().numpy().astype(np.int8)
         mine = [(scores[m], targets[m]) for m in (m.cpu().numpy() for m in masks)]
         if self.comm is None:
             return [rocauc(t, s) for s, t in mine]

@@ -37,6 +37,9 @@ def add(sub):
     s.add_argument("--heads", type=integer(1), default=None, help="attention heads (gat)")
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--recompute", action="store_true", help="mgg train --recompute")
+    s.add_argument(
+        "--output-rows", choices=["all", "labeled"], default="all", help="mgg train --output-rows"
+    )
     s.add_argument("--dim", type=integer(1), default=16, help="check's width D")
     s.add_argument("--dtype", type=knob_type("dtype"), default=None, help=flag_help("dtype"))
     s.add_argument("--order", type=knob_type("order"), default=None, help=flag_help("order"))
@@ -83,7 +86,7 @@ def main(args) -> int:
     budget, how = _budget(args)
     kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
     kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
-    kw.update(recompute=args.recompute)
+    kw.update(recompute=args.recompute, output_rows=args.output_rows)
     if args.job != "train":
         kw = {k: kw[k] for k in ("dim", "dtype", "order")}
     out = plan(

@@ -34,6 +34,10 @@ MODEL = (
 )
 
 
+OUTPUT_ROWS = (
+    "all: the output layer computes every row; labeled: only the rows of a split (train, "
+    "validation, test), over their in-edges: what the loss and the metrics read (gcn, sage)"
+)
 DEVICE_MEMORY = (
     "a rank's device memory to plan against (default on cuda: the GPU's): dense input "
     "features that do not fit beside the rest stay in host memory and stream through the "
@@ -79,6 +83,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
     s.add_argument("--recompute", action="store_true", help=RECOMPUTE)
+    s.add_argument("--output-rows", choices=["all", "labeled"], default="all", help=OUTPUT_ROWS)
     device_memory_arg(s, DEVICE_MEMORY)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
@@ -157,6 +162,11 @@ def main(args) -> int:
     if args.model not in MODELS:
         raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[args.model]
+    if args.output_rows == "labeled" and not getattr(spec.cls, "picks_rows", False):
+        raise ValueError(
+            f"--output-rows labeled: the last layer of --model {args.model} computes every "
+            "row; gcn and sage compute the labeled rows alone"
+        )
     extra = {}
     for option, model in (("heads", "gat"), ("input_dropout", "gin")):
         if getattr(args, option) is not None:
@@ -167,6 +177,7 @@ def main(args) -> int:
     ds = open_dataset(args.dataset, args.scale, args.seed)
     job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
                optimizer=args.optimizer, dtype=knobs.dtype, recompute=args.recompute,
+               output_rows=args.output_rows,
                order="file" if args.order_file else knobs.order)  # fmt: skip
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
         bounds = ds.manifest["bounds"]
@@ -247,6 +258,7 @@ def main(args) -> int:
         log_dir=args.log_dir,
         log=say,
         cuda_graph=args.cuda_graph,
+        output_rows=args.output_rows,
     )
     if args.resume:
         with warnings.catch_warnings(record=True) as caught:
@@ -267,6 +279,7 @@ def main(args) -> int:
         "np": comm.size,
         "epochs": args.epochs,
         "dtype": dg.knobs.dtype,
+        "output_rows": args.output_rows,
         "order": data.order,
         "order_seconds": data.order_seconds,
         "num_nodes": num_nodes,

@@ -181,6 +181,53 @@ class PartitionPlan:
             _transposed=t,
         )
 
+    def restricted(self, rows) -> PartitionPlan:
+        """This plan with the in-edges of ``rows`` only (local row ids int [L], or a bool
+        mask [n]): the other rows keep no edge, the halo only the rows the kept edges read
+        (in order of first use), the same neighbor partitions for the kept rows. Its
+        transposed plan is this plan's: an aggregation's backward pass over it, whose
+        output gradient is zero on the other rows, is the full transposed aggregation of
+        that gradient (the other rows add zeros)."""
+        n = self.num_local_nodes
+        keep = np.zeros(n, bool)
+        keep[np.asarray(rows)] = True
+
+        def cut(indptr, *arrays):
+            deg = np.diff(indptr)
+            ptr = np.zeros(n + 1, indptr.dtype)
+            np.cumsum(np.where(keep, deg, 0), out=ptr[1:])
+            mask = np.repeat(keep, deg)
+            return _frozen(ptr), [None if a is None else _frozen(a[mask]) for a in arrays]
+
+        lptr, (lidx, lw) = cut(self.local_indptr, self.local_indices, self.local_weights)
+        rptr, (slot, rw) = cut(self.remote_indptr, self.remote_slot, self.remote_weights)
+        used, first = np.unique(slot, return_index=True)
+        old = used[np.argsort(first, kind="stable")]  # the slots read, in order of first use
+        new = np.zeros(self.num_halo, self.remote_slot.dtype)
+        new[old] = np.arange(old.size, dtype=new.dtype)
+        lnp_ptr, lnp_node = neighbor_split(lptr, self.ps)
+        rnp_ptr, rnp_node = neighbor_split(rptr, self.ps)
+        return PartitionPlan(
+            rank=self.rank,
+            bounds=self.bounds,
+            ps=self.ps,
+            num_edges=self.num_edges,
+            local_indptr=lptr,
+            local_indices=lidx,
+            local_weights=lw,
+            remote_indptr=rptr,
+            remote_slot=_frozen(new[slot]),
+            remote_weights=rw,
+            halo_pe=_frozen(self.halo_pe[old]),
+            halo_row=_frozen(self.halo_row[old]),
+            lnp_ptr=_frozen(lnp_ptr),
+            lnp_node=_frozen(lnp_node),
+            rnp_ptr=_frozen(rnp_ptr),
+            rnp_node=_frozen(rnp_node),
+            symmetric=False,
+            _transposed=self.transposed,
+        )
+
     # ---- facts ---------------------------------------------------------------------------
     def halo_rows_per_peer(self) -> np.ndarray:
         """int64 [P]: distinct rows this rank fetches from each peer."""

@@ -46,6 +46,7 @@ from .ops import (
     gcn2,
     halo,
     like,
+    picked,
 )
 from .ops import linear as _linear
 from .rows import rows_io
@@ -134,8 +135,11 @@ class GCNConv(_GCNLike):
     Fast path: a 'gcn_norm' graph (or one derived from g's source) aggregated by mgg's
     kernel with the plan's weights; any other graph gets the weights computed here (once
     while ``cached`` or the graph's own), the loops added as a self term. Aggregates at
-    the smaller width: Â(x Wᵀ) when out < in (or x is sparse), else (Â x) Wᵀ.
+    the smaller width: Â(x Wᵀ) when out < in (or x is sparse), else (Â x) Wᵀ. On a graph
+    restricted to some rows (DistGraph.restricted) y holds those rows only ([L, out]).
     """
+
+    picks_rows = True
 
     def __init__(
         self,
@@ -172,9 +176,9 @@ class GCNConv(_GCNLike):
         check_graph(g, "GCNConv")
         gg, w, loops = self.adjacency(g, edge_weight, self.improved)
         if _narrower(x, self.out_channels, pyg=True):
-            y = self.spread(gg, _linear(x, self.lin.weight), w, loops)
+            y = picked(self.spread(gg, _linear(x, self.lin.weight), w, loops), gg)
         else:
-            y = _linear(self.spread(gg, x, w, loops), self.lin.weight)
+            y = _linear(picked(self.spread(gg, x, w, loops), gg), self.lin.weight)
         return y if self.bias is None else y + like(self.bias, y)
 
 
@@ -243,7 +247,10 @@ class SAGEConv(MessagePassing):
     ``normalize``; ``project``: x_u = ReLU(W_p x_u + b_p) first). aggr 'mean', 'sum',
     'max' or 'min' (the last two on the generic path). x [n, in] -> y [n, out]; ``lin_l``
     (W_l, b) and ``lin_r`` (W_r) [out, in]. Sum and mean aggregate at the smaller width,
-    as GCNConv. The graph as given (a GCN-normalized one is derived back, or refused)."""
+    as GCNConv. The graph as given (a GCN-normalized one is derived back, or refused). On
+    a graph restricted to some rows (sum and mean) y holds those rows only ([L, out])."""
+
+    picks_rows = True
 
     def __init__(
         self,
@@ -279,19 +286,24 @@ class SAGEConv(MessagePassing):
         linear_first = self.aggr in ("add", "sum", "mean") and _narrower(
             h, self.out_channels, pyg=False
         )
+        if gg.rows is not None and not self.fused():
+            raise ValueError(f"SAGEConv(aggr={self.aggr!r}) computes every row: restrict none")
         root = None
         if linear_first:  # the sum and mean commute with W_l
             if self.lin_r is not None and isinstance(h, InputRows):  # one pass over x
                 both = _linear(h, torch.cat([w, self.lin_r.weight]))
                 xw, root = both.split(self.out_channels, dim=1)
+                root = picked(root, gg)
             else:
                 xw = _linear(h, w)
-            y = self.propagate(gg, x=xw)
+            y = picked(self.propagate(gg, x=xw), gg)
             y = y if b is None else y + like(b, y)
         else:
-            y = _linear(self.propagate(gg, x=h), w, b)
+            y = _linear(picked(self.propagate(gg, x=h), gg), w, b)
         if self.lin_r is not None:
-            y = y + (_linear(x, self.lin_r.weight) if root is None else root).to(y.dtype)
+            if root is None:
+                root = _linear(x if gg.rows is None else picked(x, gg), self.lin_r.weight)
+            y = y + root.to(y.dtype)
         return F.normalize(y, p=2.0, dim=-1) if self.normalize else y
 
     def fused(self) -> bool:

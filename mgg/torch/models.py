@@ -37,16 +37,21 @@ class Model(nn.Module):
     graph = "as_is"
     act = staticmethod(F.relu)
     recompute = False
+    picks_rows = False  # its last layer can compute some rows alone (forward's rows=)
 
-    def forward(self, x, g, upto: int | None = None):
+    def forward(self, x, g, upto: int | None = None, rows=None):
         """Logits [n, classes] over this rank's rows; with ``upto`` = K, the output of
-        layer K (1-based; after its activation unless it is the last): embeddings."""
+        layer K (1-based; after its activation unless it is the last): embeddings.
+        ``rows``: g restricted to some rows R (g.restricted): the last layer computes
+        only rows R, over their in-edges only: logits [L, classes]."""
         last = len(self.convs) - 1
+        if rows is not None:
+            check_rows_of(self, g, rows, upto)
         for i, conv in enumerate(self.convs[:upto]):
             x = dropout(x, g, self.p if i else self.p_in, self.training)
 
             def layer(h, conv=conv, i=i):
-                y = conv(h, g)
+                y = conv(h, rows if rows is not None and i == last else g)
                 return y if i == last else self.act(y)
 
             x = recompute(layer, x, conv, g) if self.recompute and self.training else layer(x)
@@ -57,11 +62,33 @@ class Model(nn.Module):
         return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
 
 
+def check_rows_of(model, g, rows, upto) -> None:
+    """ValueError unless ``model``'s last layer can compute only the rows of ``rows`` (g
+    restricted: DistGraph.restricted) and ``upto`` leaves it the last."""
+    convs = getattr(model, "convs", None)
+    if not convs:
+        raise ValueError(
+            f"{type(model).__name__} is not an mgg.torch Model (its convs computed in turn): "
+            "only those compute the labeled rows alone"
+        )
+    last = convs[-1]
+    if rows.full is not g:
+        raise ValueError("rows= must be the job's graph restricted to some rows: g.restricted")
+    if upto is not None and upto != len(convs):
+        raise ValueError(f"rows= computes the last layer's rows; upto={upto} stops before it")
+    if not getattr(last, "picks_rows", False):
+        raise ValueError(
+            f"{type(model).__name__}'s last layer ({type(last).__name__}) computes every row; "
+            "only GCNConv and SAGEConv compute the labeled rows alone"
+        )
+
+
 class GCN(Model):
     """Kipf & Welling: [dropout -> GCNConv -> ReLU] x (L-1) -> dropout -> GCNConv.
     Weight decay on the first layer only, as the original (MGG §5: 2 x 16)."""
 
     graph = "gcn_norm"
+    picks_rows = True
 
     def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
         super().__init__()
@@ -82,6 +109,7 @@ class SAGE(Model):
     """GraphSAGE (mean): [dropout -> SAGEConv -> ReLU] x (L-1) -> dropout -> SAGEConv."""
 
     graph = "as_is"
+    picks_rows = True
 
     def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
         super().__init__()

@@ -440,6 +440,14 @@ class _Aggregate(Op):
         return dx, dwl, dwr, deps, None, None
 
 
+def picked(t: torch.Tensor, g) -> torch.Tensor:
+    """t [n, D] over the rows of ``g`` -> the rows it computes: t itself, or for a graph
+    restricted to some rows (DistGraph.restricted) those rows [L, D]."""
+    if g.rows is None:
+        return t
+    return t.index_select(0, as_tensor(_held(g, "rows", lambda: (g.rows,))[0]))
+
+
 def _held(g, key, build) -> tuple:
     """build()'s host arrays, once per graph, on the job's device (arrays.held)."""
     return held(g.cache, key, g.backend.xp, build)
