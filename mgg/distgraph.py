@@ -317,8 +317,8 @@ class DistGraph:
     def _design(self, transpose: bool, dim: int):
         """The design whose buffer this direction and width's rows go to next, safe to
         write (collective; set up on first use)."""
-        if transpose and self.full is not None:  # its transposed plan is the full graph's
-            return self.full._design(True, dim)
+        if self.full is not None:
+            return self._restricted_design(transpose, dim)
         key = (transpose and not self.plan.symmetric, dim)  # a symmetric plan is its own
         if key not in self._designs:
             t0 = time.perf_counter()
@@ -339,16 +339,37 @@ class DistGraph:
         self._turn[key] = (turn + 1) % len(pair)
         return pair[turn]
 
+    def _restricted_design(self, transpose: bool, dim: int):
+        """A restricted graph's design: backward, the full graph's (its transposed plan is
+        the full one); forward, one over its own plan that reads the full graph's buffer
+        of this width, taken in the full graph's turn (its barrier, its alternation), so
+        that it holds no window of its own."""
+        theirs = self.full._design(transpose, dim)
+        if transpose:
+            return theirs
+        key = (False, dim)
+        pair = self.full._designs[(False, dim)]
+        if key not in self._designs:
+            t0 = time.perf_counter()
+            options = self.knobs.options(self.design_cls.knobs)
+            self._designs[key] = [
+                self.design_cls(self.plan, self.comm, dim, self.dtype, share=d, **options)
+                for d in pair
+            ]
+            self.stats["setup_seconds"] += time.perf_counter() - t0
+        return self._designs[key][pair.index(theirs)]
+
     def halo_rows(self, transpose: bool = False) -> int:
         """Distinct remote rows this rank fetches per aggregation."""
         return (self.plan.transposed if transpose else self.plan).num_halo
 
     def free(self) -> None:
-        """Collective: release every design's symmetric buffer (and the derived graphs')."""
+        """Collective: release every design's symmetric buffer (and the derived graphs',
+        first: a restricted graph's designs read this graph's buffers)."""
+        for g in self._derived.values():
+            g.free()
+        self._derived.clear()
         for pair in self._designs.values():
             for des in pair:
                 des.free()
         self._designs.clear()
-        for g in self._derived.values():
-            g.free()
-        self._derived.clear()

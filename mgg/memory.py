@@ -387,8 +387,9 @@ def _train_parts(
     """Adds a training rank's activations (attention), and model with its gradients and
     optimizer state, to ``part``; returns the widths the layers aggregate at (``aggregates``:
     'narrower' of input and output, as GCN and SAGE; 'input', GIN; 'output', GAT; sparse
-    and streamed input features are transformed first). ``streamed``: the bytes of the
-    chunks of streamed features (then no [rows, F] activation)."""
+    and streamed input features are transformed first; the output layer for the labeled
+    rows reads the full graph's windows). ``streamed``: the bytes of the chunks of
+    streamed features (then no [rows, F] activation)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     if streamed:

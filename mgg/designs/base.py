@@ -44,6 +44,7 @@ class Design:
         self.plan, self.comm, self.dim = plan, comm, int(dim)
         self.dtype = row_dtype(dtype)
         self.buffer = None
+        self.borrowed = False  # the buffer is another design's (share): it frees it
         self.x = None
         self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
         self.edge_weights = None  # (local, remote) during a call that gives them
@@ -67,10 +68,15 @@ class Design:
     def xp(self):
         return np
 
-    def symmetric_input(self, **options) -> None:
+    def symmetric_input(self, share: Design | None = None, **options) -> None:
         """Collective: check the plan against the job, then allocate ``x`` in symmetric
-        memory (max_local_nodes rows on every rank, the first n_local of them ours)."""
+        memory (max_local_nodes rows on every rank, the first n_local of them ours), or
+        read ``share``'s (a design of this width over the same node ranges: a restricted
+        plan's design over its full graph's buffer, which that design frees)."""
         check_plan(self.plan, self.comm)
+        if share is not None:
+            self.buffer, self.x, self.borrowed = share.buffer, share.x, True
+            return
         self.buffer = self.comm.symmetric(
             self.plan.max_local_nodes, self.dim, self.dtype, **options
         )
@@ -118,9 +124,9 @@ class Design:
 
     def free(self) -> None:
         """Collective: release the symmetric buffer."""
-        if self.buffer is not None:
+        if self.buffer is not None and not self.borrowed:
             self.buffer.free()
-            self.buffer = None
+        self.buffer = None
         self.x = None
 
     def __enter__(self):

@@ -16,8 +16,8 @@ class BulkHalo(CpuDesign):
 
     name = "bulk_halo"
 
-    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None):
-        super().__init__(plan, comm, dim, dtype, window=window)
+    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, share=None):
+        super().__init__(plan, comm, dim, dtype, window=window, share=share)
         p, h = plan, HaloExchange(plan, comm)
         self.send_rows, self.send_counts, self.recv_counts = (
             h.send_rows,

@@ -36,14 +36,15 @@ class CpuDesign(Design):
     knobs = ("window",)
     windows = WINDOWS
 
-    def __init__(self, plan, comm, dim, dtype=np.float32, *, window: str | None = None):
+    def __init__(self, plan, comm, dim, dtype=np.float32, *, window: str | None = None,
+                 share=None):  # fmt: skip
         super().__init__(plan, comm, dim, dtype)
         window = window or self.default_window(comm)
         if window not in self.windows:
             raise ValueError(
                 f"the {self.name} design takes window {' or '.join(self.windows)}, not {window}"
             )
-        self.symmetric_input(window=window)
+        self.symmetric_input(window=window, share=share)
         self.in_degrees = plan.in_degrees()
 
     @classmethod
@@ -138,10 +139,11 @@ class Pipelined(CpuDesign):
         *,
         window=None,
         dist: int = DEFAULTS.dist,
+        share=None,
     ):
         if dist < 1:
             raise ValueError(f"dist must be >= 1, got {dist}")
-        super().__init__(plan, comm, dim, dtype, window=window)
+        super().__init__(plan, comm, dim, dtype, window=window, share=share)
         self.dist = int(dist)
         p = plan
         self.direct = self.buffer.mode == "shm"

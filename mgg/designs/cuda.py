@@ -21,6 +21,8 @@ class CudaPipelined(Design):
     remote  'p2p', 'get', or None: p2p when every peer is reachable by loads
             (nvshmem_ptr) on every PE, else get. ``remote_path`` says which was chosen
             and why.
+    share   a design of this width over the same node ranges whose input rows (and bf16
+            sums) this one reads: a restricted plan's, over its full graph's (Design)
     """
 
     name = "pipelined"
@@ -37,6 +39,7 @@ class CudaPipelined(Design):
         dist: int = DEFAULTS.dist,
         wpb: int = DEFAULTS.wpb,
         remote: str | None = DEFAULTS.remote,
+        share=None,
     ):
         mode = check_value("remote", remote)
         nvshmem = comm is not None and comm.device_memory
@@ -51,18 +54,24 @@ class CudaPipelined(Design):
 
         n = plan.num_local_nodes
         # bf16: the float32 sums the kernel rounds into out (one per design, not per call)
-        self.acc = cupy.empty(max(n * self.dim, 1), cupy.float32) if is_bf16(self.dtype) else None
+        self.acc = None
+        if is_bf16(self.dtype):  # used in stream order: a shared design's are shared
+            size = max(n * self.dim, 1)
+            self.acc = share.acc if share is not None else cupy.empty(size, cupy.float32)
         if not nvshmem:
             if plan.num_ranks != 1:
                 raise ValueError(
                     f"the plan is for {plan.num_ranks} ranks but there is no NVSHMEM comm"
                 )
-            self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), held)
+            if share is not None:
+                self._own = share._own
+            else:
+                self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), held)
             self.x = self._own[:n]
             self.peers = cupy.asarray(np.array([self._own.data.ptr], np.uint64))
             mode, why = "p2p", "one PE in plain device memory"
         else:
-            self.symmetric_input()
+            self.symmetric_input(share=share)
             self.peers = comm.peer_pointers(self.buffer)
             # one mode for the whole job: the most peers any PE cannot map
             unreachable = int(comm.allreduce(np.array([len(comm.unreachable)]), "max")[0])

@@ -20,8 +20,8 @@ class Direct(CpuDesign):
     windows = ("shm", "rma")  # per-edge gets: the msg window has none
     BLOCK_NODES = 32
 
-    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None):
-        super().__init__(plan, comm, dim, dtype, window=window)
+    def __init__(self, plan, comm, dim, dtype=np.float32, *, window=None, share=None):
+        super().__init__(plan, comm, dim, dtype, window=window, share=share)
         block_nodes = self.BLOCK_NODES
         p = plan
         q = self.node_plan = p.with_ps(max(1, p.widest_row))
