@@ -150,9 +150,9 @@ class DistGraph:
         ``key``, so that later calls with that key return it): its aggregations give those
         rows their sums and the others zero, and the layers that pick rows (GCNConv,
         SAGEConv) return only rows ``rows`` ([L, out]): an output layer computed for the
-        labeled rows only, over fewer edges and fewer halo rows. Its backward passes run
-        over this graph's transposed plan and designs; its counts are this graph's.
-        Collective on first use of its designs."""
+        labeled rows only, over fewer edges and fewer halo rows. Its forward designs read
+        this graph's buffers, its backward passes run over this graph's transposed plan
+        and designs; its counts are this graph's. Collective on first use of its designs."""
         key = ("rows", key)
         if key not in self._derived:
             g = DistGraph(

@@ -15,7 +15,7 @@ from mgg.partition import build_plan
 from mgg.torch import MODELS, build_model
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import mpirun, random_graph
+from conftest import gpu, mpirun, random_graph
 
 
 def _kept(rng, n, share=0.2):
@@ -166,3 +166,42 @@ def test_ranks_compute_their_labeled_rows_alone_with_fewer_halo_rows():
         assert cut["test_acc"] == pytest.approx(full["test_acc"], abs=1e-9)
         assert cut["bytes_per_epoch"] < full["bytes_per_epoch"]  # the output layer's halo
     assert cuts[1]["graph_config"]["window"] == "msg"
+
+
+# ---- on a GPU (the GPU stage 'tests' runs these) ---------------------------------------------
+@gpu
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_a_gpu_trains_the_labeled_rows_alone_as_the_full_run(name, dtype):
+    """One PE: the restricted design reads the full graph's buffers in its turn."""
+    ds = _partly_labeled()
+    losses = {}
+    for rows in ("all", "labeled"):
+        dg, data = prepare(ds, None, name, dtype=dtype, backend="cuda")
+        net = build_model(name, data.num_features, data.num_classes, seed=1).to(data.y.device)
+        t = Trainer(dg, data, net, build_optimizer("adam", net, 0.01, 5e-4), eval_every=0,
+                    output_rows=rows)  # fmt: skip
+        t.fit(6)
+        losses[rows] = [h["loss"] for h in t.history]
+        dg.free()
+    np.testing.assert_allclose(losses["labeled"], losses["all"], rtol=1e-4)
+
+
+@gpu
+@pytest.mark.gpu
+@pytest.mark.mpi
+def test_two_pes_train_the_labeled_rows_alone_as_the_full_run():
+    pytest.importorskip("nvshmem.core")
+    from conftest import last_json
+
+    args = ["mgg", "train", "--dataset", "papers100m:scale=0.0002", "--model", "gcn"]
+    args += ["--epochs", "6", "--backend", "cuda", "--json"]
+    runs = {}
+    for rows in ("all", "labeled"):
+        r = mpirun(2, *args, "--output-rows", rows, timeout=150)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs[rows] = last_json(r.stdout)
+    assert runs["labeled"]["np"] == 2
+    np.testing.assert_allclose(runs["labeled"]["losses"], runs["all"]["losses"], rtol=1e-4)
+    assert runs["labeled"]["bytes_per_epoch"] < runs["all"]["bytes_per_epoch"]

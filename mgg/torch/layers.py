@@ -287,7 +287,10 @@ class SAGEConv(MessagePassing):
             h, self.out_channels, pyg=False
         )
         if gg.rows is not None and not self.fused():
-            raise ValueError(f"SAGEConv(aggr={self.aggr!r}) computes every row: restrict none")
+            raise ValueError(
+                f"SAGEConv(aggr={self.aggr!r}) computes every row (the generic path): only "
+                "sum and mean compute the labeled rows alone"
+            )
         root = None
         if linear_first:  # the sum and mean commute with W_l
             if self.lin_r is not None and isinstance(h, InputRows):  # one pass over x

@@ -277,10 +277,11 @@ class HostRows(InputRows):
             copies.close()
 
     def _drop(self, t: torch.Tensor, start: int) -> torch.Tensor:
-        nn = self.g.backend.nn if self.drops else None
+        """t: rows start.. of these rows, with their dropouts (keyed by global row)."""
+        lb = self.g.lb + start
         for key, threshold, scale, key_at in self.drops:
-            lb = self.g.lb + start
-            t = as_tensor(nn.dropout_dense(as_array(t), key, lb, threshold, scale, key_at))
+            drop = self.g.backend.nn.dropout_dense
+            t = as_tensor(drop(as_array(t), key, lb, threshold, scale, key_at))
         return t
 
     def __repr__(self):
