@@ -223,6 +223,28 @@ def stages(quick: bool = False) -> dict[str, Stage]:
                 )  # fmt: skip
             ],
         ),
+        "fullsize": Stage(
+            "fullsize",
+            "a stand-in at full size (issue 59, stage 1; --args picks the graph and the PEs): "
+            "every model in float32 and bfloat16, the epoch and each PE's peak device memory "
+            "against the plan",
+            [
+                Step(
+                    "fullsize",
+                    [
+                        *bench,
+                        "bench/gpu/fullsize.py",
+                        "--graph",
+                        "products",
+                        "--scale",
+                        "0.02" if quick else "1",
+                        "--pes",
+                        "1",
+                    ],
+                    430,
+                )  # fmt: skip
+            ],
+        ),
         "nvshmem": Stage(
             "nvshmem",
             "the aggregation on 2 and 4 NVSHMEM PEs (p2p and get) vs as many virtual PEs",
