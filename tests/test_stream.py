@@ -254,3 +254,26 @@ def test_a_gpu_job_streams_under_its_device_budget_and_trains_alike(capsys):
     assert 1024 <= out["stream_rows"] < 3000 and out["planned_device_bytes"] <= budget
     assert np.allclose(out["losses"], held["losses"], rtol=1e-4)
     assert out["peak_device_bytes"][0] > 0 and held["peak_device_bytes"][0] > 0
+
+
+def test_pes_sharing_a_gpu_plan_against_their_share_of_it(monkeypatch):
+    """mggrun gives rank r device r % GPUs: the ranks of a node split each GPU's memory."""
+    import sys
+    import types
+
+    from mgg.cli.common import device_budget
+
+    gpus = {"count": 1}
+
+    class Device:
+        mem_info = (0, 80 * 2**30)
+
+    cuda = types.SimpleNamespace(
+        Device=Device, runtime=types.SimpleNamespace(getDeviceCount=lambda: gpus["count"])
+    )
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    assert device_budget(None, "80G", 1)[0] == 80 * 2**30
+    assert device_budget(None, "80G", 4) == (20 * 2**30, "the GPU's 80.0 GiB / 4 PEs sharing it")
+    gpus["count"] = 2
+    assert device_budget(None, "80G", 3)[0] == 40 * 2**30  # ranks 0 and 2 share GPU 0
+    assert device_budget("1G", "80G", 4) == (2**30, "--device-memory 1G")  # as given

@@ -245,6 +245,27 @@ def stages(quick: bool = False) -> dict[str, Stage]:
                 )  # fmt: skip
             ],
         ),
+        "papers": Stage(
+            "papers",
+            "papers100m drawn and partitioned by the ranks, GCN and SAGE in bf16 (hidden 128, "
+            "--output-rows labeled) from its shards (issue 59, stage 2: scale 1 with --args "
+            "'papers=--scale 1 --pes 4' on an nvidia-h200): partition, first epoch, epoch, "
+            "peak device memory against the plan, or the plan's refusal",
+            [
+                Step(
+                    "papers",
+                    [
+                        *bench,
+                        "bench/gpu/papers_gpu.py",
+                        "--scale",
+                        "0.01" if quick else "0.1",
+                        "--pes",
+                        "1",
+                    ],
+                    430,
+                )  # fmt: skip
+            ],
+        ),
         "nvshmem": Stage(
             "nvshmem",
             "the aggregation on 2 and 4 NVSHMEM PEs (p2p and get) vs as many virtual PEs",

@@ -69,20 +69,24 @@ def size(text: str) -> str:
     return text
 
 
-def device_budget(text: str | None, default: str) -> tuple[int, str]:
+def device_budget(text: str | None, default: str, ranks: int = 1) -> tuple[int, str]:
     """(a rank's GPU memory in bytes, how it was found): ``text`` (--device-memory), else
-    the GPU's, else ``default``."""
-    from ..memory import parse_size
+    the GPU's shared by the ``ranks`` of the node (mggrun gives rank r device r % GPUs),
+    else ``default``."""
+    from ..memory import format_bytes, parse_size
 
-    how = "--device-memory"
-    if text is None:
-        try:
-            import cupy
+    if text is not None:
+        return parse_size(text), f"--device-memory {text}"
+    try:
+        import cupy
 
-            text, how = str(cupy.cuda.Device().mem_info[1]), "the GPU's"
-        except Exception:  # noqa: BLE001 - no cupy, no driver, no device
-            text, how = default, "assumed (no GPU here; give --device-memory):"
-    return parse_size(text), f"{how} {text}"
+        total, gpus = cupy.cuda.Device().mem_info[1], cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # noqa: BLE001 - no cupy, no driver, no device
+        return parse_size(default), f"assumed (no GPU here; give --device-memory): {default}"
+    share = -(-max(1, ranks) // max(1, gpus))
+    if share == 1:
+        return total, f"the GPU's {format_bytes(total)}"
+    return total // share, f"the GPU's {format_bytes(total)} / {share} PEs sharing it"
 
 
 def knob_args(s, names, extra: dict | None = None) -> None:

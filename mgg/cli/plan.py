@@ -116,7 +116,8 @@ def _budget(args) -> tuple[dict, dict]:
         host, host_how = available(args.ranks_per_node or args.np)
     budget, how = {"host": host}, {"host": host_how}
     if args.backend == "cuda":
-        budget["device"], how["device"] = device_budget(args.device_memory, DEVICE_DEFAULT)
+        ranks = args.ranks_per_node or args.np
+        budget["device"], how["device"] = device_budget(args.device_memory, DEVICE_DEFAULT, ranks)
     return budget, how
 
 

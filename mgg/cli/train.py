@@ -324,9 +324,10 @@ def _device_plan(args, ds, ranks: int, job: dict) -> dict | None:
     from ..errors import ResourceError
     from ..memory import format_bytes, plan
     from ..partition.shards import ShardedDataset
+    from ..process import local_size
     from .common import device_budget
 
-    budget, how = device_budget(args.device_memory, "80G")
+    budget, how = device_budget(args.device_memory, "80G", local_size())
     bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
     out = plan(ds, ranks, "train", budget={"host": 2**62, "device": budget}, device=True,
                bounds=bounds, **job)  # fmt: skip
