@@ -76,21 +76,26 @@ def _partly_labeled(n=3000, test=300):
     return dataclasses.replace(ds, test_mask=mask & ~(ds.train_mask | ds.val_mask))
 
 
+def _trained(ds, name, rows, dtype, epochs, backend="cpu", eval_every=0) -> Trainer:
+    """``name`` with its defaults trained ``epochs`` epochs with ``output_rows`` ``rows``."""
+    dg, data = prepare(ds, None, name, dtype=dtype, backend=backend)
+    spec = MODELS[name]
+    net = build_model(name, data.num_features, data.num_classes, seed=1).to(data.y.device)
+    opt = build_optimizer("adam", net, spec.lr, spec.weight_decay)
+    t = Trainer(dg, data, net, opt, eval_every=eval_every, output_rows=rows)
+    t.fit(epochs)
+    return t
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("name", ["gcn", "sage"])
 def test_training_on_the_labeled_rows_alone_is_the_full_run(name, dtype):
     ds = _partly_labeled()
     runs = {}
     for rows in ("all", "labeled"):
-        dg, data = prepare(ds, None, name, dtype=dtype)
-        spec = MODELS[name]
-        net = build_model(name, data.num_features, data.num_classes, seed=1)
-        opt = build_optimizer("adam", net, spec.lr, spec.weight_decay)
-        t = Trainer(dg, data, net, opt, eval_every=2, output_rows=rows)
-        t.fit(4)
-        logits = t._logits()
-        runs[rows] = (t.summary(), t.predict()[1], logits.shape[0], dg.stats["aggregations"])
-    (full, pred, n, _), (cut, cut_pred, labeled, _) = runs["all"], runs["labeled"]
+        t = _trained(ds, name, rows, dtype, 4, eval_every=2)
+        runs[rows] = (t.summary(), t.predict()[1], t._logits().shape[0])
+    (full, pred, n), (cut, cut_pred, labeled) = runs["all"], runs["labeled"]
     assert labeled < n / 4  # the run computed fewer rows
     np.testing.assert_allclose(cut["losses"], full["losses"], rtol=1e-6)
     assert [h.get("val_acc") for h in cut["history"]] == [h.get("val_acc") for h in full["history"]]
@@ -178,13 +183,9 @@ def test_a_gpu_trains_the_labeled_rows_alone_as_the_full_run(name, dtype):
     ds = _partly_labeled()
     losses = {}
     for rows in ("all", "labeled"):
-        dg, data = prepare(ds, None, name, dtype=dtype, backend="cuda")
-        net = build_model(name, data.num_features, data.num_classes, seed=1).to(data.y.device)
-        t = Trainer(dg, data, net, build_optimizer("adam", net, 0.01, 5e-4), eval_every=0,
-                    output_rows=rows)  # fmt: skip
-        t.fit(6)
+        t = _trained(ds, name, rows, dtype, 6, backend="cuda")
         losses[rows] = [h["loss"] for h in t.history]
-        dg.free()
+        t.g.free()
     np.testing.assert_allclose(losses["labeled"], losses["all"], rtol=1e-4)
 
 

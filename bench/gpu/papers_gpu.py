@@ -66,7 +66,7 @@ def main():
                    "dtype": "bfloat16", "pes": p}  # fmt: skip
             t0 = time.perf_counter()
             part_args = ["--out", out, "--distributed", "--force", "--model", model]
-            rc, part, err = mggrun(p, "mgg", "partition", spec, *part_args, "--dtype", "bfloat16")
+            rc, _, err = mggrun(p, "mgg", "partition", spec, *part_args, "--dtype", "bfloat16")
             row["partition_s"] = time.perf_counter() - t0
             if rc != 0:
                 row["refused"] = f"partition: {err.splitlines()[-1] if err else rc}"

@@ -305,7 +305,7 @@ class SAGEConv(MessagePassing):
             y = _linear(picked(self.propagate(gg, x=h), gg), w, b)
         if self.lin_r is not None:
             if root is None:
-                root = _linear(x if gg.rows is None else picked(x, gg), self.lin_r.weight)
+                root = _linear(picked(x, gg), self.lin_r.weight)
             y = y + root.to(y.dtype)
         return F.normalize(y, p=2.0, dim=-1) if self.normalize else y
 

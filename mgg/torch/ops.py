@@ -294,8 +294,6 @@ class _Copies:
     by chunk k - 2's work; ``wait`` k: the work waits for its copy); on the CPU, a copy
     thread."""
 
-    _pools: dict = {}
-
     def __init__(self, device: torch.device):
         self.gpu, self.pending = device.type == "cuda", {}
         if self.gpu:
@@ -303,14 +301,10 @@ class _Copies:
             self.side = _side_stream(device)
             self.side.wait_stream(self.main)  # forks a captured step's stream, too
             self.freed = {}
-        elif "cpu" not in _Copies._pools:
-            from concurrent.futures import ThreadPoolExecutor
-
-            _Copies._pools["cpu"] = ThreadPoolExecutor(1, thread_name_prefix="mgg-copy")
 
     def put(self, k: int, dst: torch.Tensor, src: torch.Tensor) -> None:
         if not self.gpu:
-            self.pending[k] = _Copies._pools["cpu"].submit(dst.copy_, src)
+            self.pending[k] = _copy_thread().submit(dst.copy_, src)
             return
         with torch.cuda.stream(self.side):
             if k - 2 in self.freed:
@@ -345,6 +339,13 @@ class _Copies:
 @functools.cache
 def _side_stream(device: torch.device):
     return torch.cuda.Stream(device)
+
+
+@functools.cache
+def _copy_thread():
+    from concurrent.futures import ThreadPoolExecutor
+
+    return ThreadPoolExecutor(1, thread_name_prefix="mgg-copy")
 
 
 class _StreamedLinear(Op):
