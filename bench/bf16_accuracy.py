@@ -15,7 +15,9 @@ Claim (issue 52): on every (model, graph, P), the mean test accuracy over the se
 bf16 is within 0.5 points of fp32, and P = 1 and P = 4 agree. A run that fails or whose
 losses turn non-finite is recorded with its error and command, not retried. The results
 are rewritten after each run; ``--resume`` keeps the runs of the results file and runs the
-rest. Loss curves (first 50 epochs) are kept for cora GCN.
+rest. Loss curves (first 50 epochs) are kept for cora GCN. Each pair has the 95%
+confidence interval of its mean per-seed difference: a pair outside 0.5 points whose
+interval holds 0 is noise the seeds cannot resolve (more seeds: ``--seeds``), not a loss.
 """
 
 from __future__ import annotations
@@ -129,6 +131,27 @@ def _paired(a: list[dict], b: list[dict]) -> list[float]:
     return [100 * (r["test_acc"] - ok[r["seed"]]) for r in both]
 
 
+def _ci95(pair: list[float]) -> float | None:
+    """Half-width of the 95% confidence interval of the mean of paired differences
+    (Student's t over the seeds), or None under two seeds."""
+    if len(pair) < 2:
+        return None
+    from scipy.stats import t
+
+    return float(t.ppf(0.975, len(pair) - 1) * np.std(pair, ddof=1) / np.sqrt(len(pair)))
+
+
+def _verdict(diff: float | None, ci: float | None) -> str:
+    """'yes': the means within TOLERANCE; 'NO': outside it, and the seeds' interval
+    excludes 0 (a difference they resolve); 'noise': outside it, but the interval holds
+    0: the seeds cannot tell the difference from none."""
+    if diff is None:
+        return "-"
+    if abs(diff) <= TOLERANCE:
+        return "yes"
+    return "noise" if ci is not None and abs(diff) <= ci else "NO"
+
+
 def summarize(runs: list[dict], models, datasets, ranks) -> tuple[list[dict], list[dict]]:
     """Rows of the bf16-vs-fp32 table per (model, dataset, P) and of the P agreement table
     per (model, dataset, dtype)."""
@@ -146,6 +169,7 @@ def summarize(runs: list[dict], models, datasets, ranks) -> tuple[list[dict], li
                 (fm, fs, fn), (bm, bs, bn) = _stats(f32), _stats(b16)
                 diff = None if fm is None or bm is None else bm - fm
                 pair = _paired(f32, b16)
+                ci = _ci95(pair)
                 errors = [r for r in f32 + b16 if "error" in r]
                 rows.append(
                     {
@@ -161,6 +185,8 @@ def summarize(runs: list[dict], models, datasets, ranks) -> tuple[list[dict], li
                         "diff_std": float(np.std(pair, ddof=1)) if len(pair) > 1 else None,
                         "max_seed_diff": max(pair, key=abs) if pair else None,
                         "within_0.5": None if diff is None else abs(diff) <= TOLERANCE,
+                        "ci95": ci,
+                        "verdict": _verdict(diff, ci),
                         "fp32_epoch_ms": _median(f32, "epoch_time_s", 1e3),
                         "bf16_epoch_ms": _median(b16, "epoch_time_s", 1e3),
                         "wall_s": sum(r.get("wall_s", 0.0) for r in f32 + b16),
@@ -176,6 +202,7 @@ def summarize(runs: list[dict], models, datasets, ranks) -> tuple[list[dict], li
                 (am, _, _), (bm, _, _) = _stats(one), _stats(many)
                 pair = _paired(one, many)
                 diff = None if am is None or bm is None else bm - am
+                ci = _ci95(pair)
                 agree.append(
                     {
                         "model": m,
@@ -186,6 +213,8 @@ def summarize(runs: list[dict], models, datasets, ranks) -> tuple[list[dict], li
                         "diff_points": diff,
                         "max_seed_diff": max(pair, key=abs) if pair else None,
                         "within_0.5": None if diff is None else abs(diff) <= TOLERANCE,
+                        "ci95": ci,
+                        "verdict": _verdict(diff, ci),
                     }
                 )
     return rows, agree
@@ -211,6 +240,10 @@ def _median(runs, key, scale):
 
 def _pm(mean, std) -> str:
     return "-" if mean is None else f"{mean:.2f} ± {std:.2f}"
+
+
+def _pm_ci(v) -> str:
+    return "-" if v is None else f"± {v:.2f}"
 
 
 def _num(v) -> str:
@@ -243,7 +276,7 @@ def plot(rows: list[dict], agree: list[dict], runs: list[dict], path: Path) -> N
                 continue
             xs.append(g + (i - (len(ranks) - 1) / 2) * width)
             ys.append(row["diff_points"])
-            es.append(row["diff_std"] or 0.0)
+            es.append(row["ci95"] or 0.0)
         ax.bar(xs, ys, width, yerr=es, capsize=2, label=f"P = {p}", color=f"C{i}")
     fp32 = {(a["model"], a["dataset"]): a["diff_points"] for a in agree if a["dtype"] == "float32"}
     floor = [(g, fp32[k]) for g, k in enumerate(groups) if fp32.get(k) is not None]
@@ -257,8 +290,8 @@ def plot(rows: list[dict], agree: list[dict], runs: list[dict], path: Path) -> N
     )
     ax.set_ylabel("bf16 − fp32 test accuracy (points)")
     ax.set_title(
-        "bfloat16 rows vs float32: mean test accuracy over seeds (error bar: std of the "
-        "per-seed differences)",
+        "bfloat16 rows vs float32: mean test accuracy over seeds (error bar: 95% CI of "
+        "the mean per-seed difference)",
         fontsize=10,
     )
     ax.legend(fontsize=8)
@@ -387,6 +420,7 @@ def save(stem, out_dir, runs, grid, t_start):
     rows, agree = summarize(runs, models, datasets, ranks)
     failed = [r for r in runs if "error" in r]
     outside = [r for r in rows if r["within_0.5"] is False]
+    resolved = sum(r["verdict"] == "NO" for r in rows)
     total = sum(r.get("wall_s", 0.0) for r in runs)
     table = [
         {
@@ -395,6 +429,7 @@ def save(stem, out_dir, runs, grid, t_start):
             "bf16 (mean ± std)": _pm(r["bf16"], r["bf16_std"]),
             "bf16 − fp32": _signed(r["diff_points"]),
             "worst seed": _signed(r["max_seed_diff"]),
+            "95% CI": _pm_ci(r["ci95"]),
         }
         for r in rows
     ]
@@ -406,15 +441,15 @@ def save(stem, out_dir, runs, grid, t_start):
             f"## P = {ranks[0]} vs P = {p_many} (same seeds; mean test accuracy, points)",
             "",
             f"| model | dataset | dtype | P={ranks[0]} | P={p_many} | difference | worst seed "
-            "| within 0.5 |",
-            "|---|---|---|---|---|---|---|---|",
+            "| 95% CI | verdict |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for a in agree:
             agree_md.append(
                 f"| {a['model']} | {a['dataset']} | {a['dtype']} | "
                 f"{_num(a['p_low'])} | {_num(a['p_high'])} | "
                 f"{_signed(a['diff_points'])} | {_signed(a['max_seed_diff'])} | "
-                f"{'-' if a['within_0.5'] is None else ('yes' if a['within_0.5'] else 'NO')} |"
+                f"{_pm_ci(a['ci95'])} | {a['verdict']} |"
             )
     fails_md = []
     if failed:
@@ -425,12 +460,17 @@ def save(stem, out_dir, runs, grid, t_start):
         f"Test accuracy (points) over seeds {','.join(map(str, seeds))} (std: sample std over "
         f"the seeds), `--row-normalize`, each model's defaults (200 epochs). bf16 − fp32: the "
         f"difference of the means; worst seed: the largest per-seed difference; within 0.5: "
-        f"|bf16 − fp32| <= {TOLERANCE} points (the claim of issue 52). Epoch: the median "
+        f"|bf16 − fp32| <= {TOLERANCE} points (the claim of issue 52); 95% CI: of the mean "
+        f"per-seed difference (same seed: same split, weights and masks; Student's t); "
+        f"verdict: yes (within {TOLERANCE}), NO (outside, and the interval excludes 0) or "
+        f"noise (outside, but the interval holds 0: these seeds cannot tell it from no "
+        f"difference). Epoch: the median "
         f"epoch of the runs (`epoch_time_s`, ms; 2 shared cores, not a speed measurement). "
         f"The P = {ranks[0]} vs P = {ranks[-1]} table's float32 rows differ by float "
         f"reduction order only: the noise floor of a pair. "
         f"{len(runs)} runs, {len(failed)} failed or diverged, "
-        f"{len(outside)} pair(s) outside 0.5 points; {total / 60:.1f} min of runs in all."
+        f"{len(outside)} pair(s) outside 0.5 points ({resolved} of them resolved by the "
+        f"seeds: verdict NO); {total / 60:.1f} min of runs in all."
     )
     curve = loss_gap(runs)
     if curve:
@@ -454,7 +494,8 @@ def save(stem, out_dir, runs, grid, t_start):
         },
         table,
         ["model", "dataset", "P", "fp32 (mean ± std)", "bf16 (mean ± std)", "bf16 − fp32"]
-        + ["worst seed", "within_0.5", "fp32_epoch_ms", "bf16_epoch_ms", "wall_s", "errors"],
+        + ["worst seed", "95% CI", "verdict", "fp32_epoch_ms", "bf16_epoch_ms", "wall_s"]
+        + ["errors"],
         notes=notes,
         out_dir=out_dir,
     )

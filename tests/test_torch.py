@@ -181,6 +181,27 @@ def test_batch_norm_equals_torch_on_one_rank(rng):
     torch.testing.assert_close(bn(x, dg), ref(x))
 
 
+def test_gin_evaluates_with_the_graphs_statistics(rng):
+    """GIN's norms keep no running statistics: without dropout, the evaluation's logits
+    are the training pass's (running ones would differ), and a state written with running
+    statistics loads, dropping them."""
+    from mgg.graph.core import job_graph
+    from mgg.torch.models import GIN
+
+    dg = DistGraph.build(job_graph(random_graph(rng, 40, 160), "no_self_loops"), None)
+    x = torch.randn(40, 6) * 2 + 1
+    torch.manual_seed(0)
+    model = GIN(6, 8, 3, dropout=0.0, input_dropout=0.0)
+    assert not [k for k in model.state_dict() if "running" in k]
+    trained = model.train()(x, dg)
+    torch.testing.assert_close(model.eval()(x, dg), trained)
+    old = {**model.state_dict(), "convs.0.nn.norms.0.running_mean": torch.full((8,), 5.0)}
+    old["convs.0.nn.norms.0.running_var"] = torch.full((8,), 9.0)
+    old["convs.0.nn.norms.0.num_batches_tracked"] = torch.tensor(3)
+    model.load_state_dict(old)
+    torch.testing.assert_close(model(x, dg), trained)
+
+
 def test_dropout_masks_are_keyed_by_step_and_call(rng):
     g = random_graph(rng, 50, 100)
     one = DistGraph.build(g, None)

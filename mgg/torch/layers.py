@@ -371,18 +371,27 @@ class BatchNorm(nn.Module):
             y = y * self.weight + self.bias
         return y.to(rows.dtype)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        if not self.track_running_stats:  # a state written while it tracked them
+            for k in ("running_mean", "running_var", "num_batches_tracked"):
+                state_dict.pop(prefix + k, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
 
 class MLP(nn.Module):
     """Linear -> [BatchNorm] -> ReLU -> ... -> Linear over ``channels`` [in, ..., out]
-    (GIN's MLP). forward(x, g): g reduces the batch statistics across ranks."""
+    (GIN's MLP). forward(x, g): g reduces the batch statistics across ranks.
+    ``running_stats=False``: the norms evaluate with the statistics of the rows they get,
+    as they train (BatchNorm's ``track_running_stats``)."""
 
-    def __init__(self, channels: list[int], batch_norm: bool = True):
+    def __init__(self, channels: list[int], batch_norm: bool = True, running_stats: bool = True):
         super().__init__()
         if len(channels) < 2:
             raise ValueError(f"an MLP needs at least [in, out] channels, got {channels}")
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(channels))
         self.norms = nn.ModuleList(
-            BatchNorm(c) if batch_norm else nn.Identity() for c in channels[1:-1]
+            BatchNorm(c, track_running_stats=running_stats) if batch_norm else nn.Identity()
+            for c in channels[1:-1]
         )
 
     @rows_io
