@@ -3,7 +3,8 @@ bytes that cross ranks, a training epoch, and peak memory per rank (issue 52).
 
     python bench/bf16_cpu.py [--parts agg,train,memory] [--rmat-scale 18]
         [--graphs cnr_2000,ego_twitter] [--dims 16,128] [--products-scale 0.1]
-        [--epochs 5] [--mem-nodes 1000000] [--mem-degree 30] [--work DIR]
+        [--epochs 5] [--mem-nodes 1000000] [--mem-degree 30] [--mem-hidden 16,128]
+        [--work DIR]
 
 - agg: one rank's aggregation (mgg.kernels.aggregate, what `mgg check` runs at P = 1),
   sum and gcn, on R-MAT (2^scale nodes, 16 edges per node) and real graphs, D = 16 and
@@ -15,13 +16,19 @@ bytes that cross ranks, a training epoch, and peak memory per rank (issue 52).
   (goal 0.5x).
 - memory: a products-like planted graph (N nodes, N*degree entries, 128 features) saved
   once, partitioned into shards in each dtype (`mgg partition --out --dtype`), trained
-  from them at P = 1 and 4: the largest rank's peak RSS, bf16 over fp32 (goal <= 0.65x).
+  from them at P = 1 and 4, GCN at each ``--mem-hidden`` width: the largest rank's peak
+  RSS, bf16 over fp32 (goal <= 0.65x), whole and above the floor no dtype changes (the
+  RSS of a process that imported torch, numba, MPI and mgg).
+
+Results: bench/results/bf16_cpu.*; a run of some ``--parts`` only writes
+bf16_cpu-PART[-PART].*.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +38,7 @@ import numpy as np
 from common import RESULTS, compare, machine, mgg_json, write_results
 
 DTYPES = ("float32", "bfloat16")
+PARTS = ("agg", "train", "memory")
 GOALS = {"agg_d128": 1.4, "epoch": 1.2, "halo_bytes": 0.5, "rss": 0.65}
 
 
@@ -113,7 +121,22 @@ def training(scale: float, epochs: int, ranks) -> list[dict]:
     return rows
 
 
-def memory(nodes: int, degree: int, epochs: int, ranks, work: Path) -> tuple[list[dict], dict]:
+FLOOR = (
+    "import re, mpi4py.MPI, mgg.cli.train, mgg.train, mgg.kernels.cpu; "
+    "print(re.search(r'VmRSS:\\s+(\\d+)', open('/proc/self/status').read()).group(1))"
+)
+
+
+def floor_mb() -> float:
+    """The RSS of a process that imported what a training rank imports (torch, numba,
+    MPI, mgg), and holds nothing else: the part of a rank no dtype changes."""
+    out = subprocess.run([sys.executable, "-c", FLOOR], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[-1]) / 1024
+
+
+def memory(
+    nodes: int, degree: int, epochs: int, ranks, work: Path, hiddens=(16,)
+) -> tuple[list[dict], dict]:
     from mgg.graph.formats import write_npz
     from mgg.graph.generators import planted_partition
 
@@ -124,6 +147,7 @@ def memory(nodes: int, degree: int, epochs: int, ranks, work: Path) -> tuple[lis
     write_npz(ds, src, compressed=False)
     data = {"nodes": ds.graph.num_nodes, "edges": ds.graph.num_edges, "features": 128}
     data["generate_s"] = time.perf_counter() - t0
+    data["floor_mb"] = floor_mb()
     del ds
     print(f"dataset {src}: {data}", flush=True)
     rows = []
@@ -132,32 +156,42 @@ def memory(nodes: int, degree: int, epochs: int, ranks, work: Path) -> tuple[lis
         for dt in DTYPES:
             out = work / f"shards-{p}-{dt}"
             mgg_json(1, "partition", src, "--np", p, "--out", out, "--dtype", dt, "--force")
-            res[dt] = mgg_json(
-                p, "train", "--dataset", out, "--epochs", epochs, "--eval-every", "0",
-                "--dtype", dt,
-            )  # fmt: skip
+            for h in hiddens:
+                res[dt, h] = mgg_json(
+                    p, "train", "--dataset", out, "--epochs", epochs, "--eval-every", "0",
+                    "--dtype", dt, "--hidden", h,
+                )  # fmt: skip
             shutil.rmtree(out, ignore_errors=True)
-        f, b = res["float32"], res["bfloat16"]
-        row = {
-            "part": "memory",
-            "graph": src.stem,
-            "nodes": data["nodes"],
-            "edges": data["edges"],
-            "op": "gcn",
-            "P": p,
-            "fp32_ms": f["epoch_time_s"] * 1e3,
-            "bf16_ms": b["epoch_time_s"] * 1e3,
-            "speedup": f["epoch_time_s"] / b["epoch_time_s"],
-            "fp32_rss_mb": max(f["peak_rss_mb"]),
-            "bf16_rss_mb": max(b["peak_rss_mb"]),
-            "rss_ratio": max(b["peak_rss_mb"]) / max(f["peak_rss_mb"]),
-            "fp32_estimate_mb": f["memory_estimate_mb"],
-            "bf16_estimate_mb": b["memory_estimate_mb"],
-        }
-        rows.append(row)
-        print(_line(row), flush=True)
+        for h in hiddens:
+            rows.append(_memory_row(res["float32", h], res["bfloat16", h], src, data, p, h))
+            print(_line(rows[-1]), flush=True)
     src.unlink(missing_ok=True)
     return rows, data
+
+
+def _memory_row(f: dict, b: dict, src: Path, data: dict, p: int, hidden: int) -> dict:
+    """One memory row: the largest rank's peak RSS in each dtype, and their ratio, whole
+    and above the imports' floor."""
+    fr, br, floor = max(f["peak_rss_mb"]), max(b["peak_rss_mb"]), data["floor_mb"]
+    return {
+        "part": "memory",
+        "graph": src.stem,
+        "nodes": data["nodes"],
+        "edges": data["edges"],
+        "op": f"gcn h{hidden}",
+        "hidden": hidden,
+        "P": p,
+        "fp32_ms": f["epoch_time_s"] * 1e3,
+        "bf16_ms": b["epoch_time_s"] * 1e3,
+        "speedup": f["epoch_time_s"] / b["epoch_time_s"],
+        "fp32_rss_mb": fr,
+        "bf16_rss_mb": br,
+        "rss_ratio": br / fr,
+        "floor_mb": floor,
+        "above_floor_ratio": (br - floor) / (fr - floor),
+        "fp32_estimate_mb": f["memory_estimate_mb"],
+        "bf16_estimate_mb": b["memory_estimate_mb"],
+    }
 
 
 def _line(row) -> str:
@@ -165,14 +199,25 @@ def _line(row) -> str:
 
 
 def plot(rows, path) -> None:
+    """One panel per part that ran: aggregation speedups, training, peak RSS."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    agg = [r for r in rows if r["part"] == "agg"]
-    ax = axes[0]
+    panels = [(p, [r for r in rows if r["part"] == p]) for p in PARTS]
+    panels = [(p, got) for p, got in panels if got]
+    if not panels:
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.5), squeeze=False)
+    for ax, (part, got) in zip(axes[0], panels, strict=True):
+        {"agg": _plot_agg, "train": _plot_train, "memory": _plot_memory}[part](ax, got)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_agg(ax, agg) -> None:
     labels = [f"{r['graph']}\n{r['op']} D={r['D']}" for r in agg]
     ax.bar(range(len(agg)), [r["speedup"] for r in agg], color="tab:blue")
     ax.axhline(GOALS["agg_d128"], color="k", ls="--", lw=1, label="goal at D=128")
@@ -181,8 +226,9 @@ def plot(rows, path) -> None:
     ax.set_ylabel("float32 time / bfloat16 time")
     ax.set_title("aggregation, one rank")
     ax.legend(fontsize=8)
-    tr = [r for r in rows if r["part"] == "train"]
-    ax = axes[1]
+
+
+def _plot_train(ax, tr) -> None:
     x = np.arange(len(tr))
     ax.bar(x - 0.2, [r["speedup"] for r in tr], 0.4, label="epoch speedup")
     ratios = [r["bytes_ratio"] or 0 for r in tr]
@@ -190,27 +236,27 @@ def plot(rows, path) -> None:
     ax.axhline(GOALS["epoch"], color="k", ls="--", lw=1, label="epoch goal")
     ax.axhline(GOALS["halo_bytes"], color="tab:orange", ls=":", lw=1, label="bytes goal")
     ax.set_xticks(x, [f"{r['op']} P={r['P']}" for r in tr], fontsize=8)
-    ax.set_title(tr[0]["graph"] if tr else "train")
+    ax.set_title(tr[0]["graph"])
     ax.legend(fontsize=8)
-    mem = [r for r in rows if r["part"] == "memory"]
-    ax = axes[2]
+
+
+def _plot_memory(ax, mem) -> None:
     x = np.arange(len(mem))
     ax.bar(x - 0.2, [r["fp32_rss_mb"] for r in mem], 0.4, label="float32")
     ax.bar(x + 0.2, [r["bf16_rss_mb"] for r in mem], 0.4, label="bfloat16")
     for i, r in enumerate(mem):
         ax.text(i + 0.2, r["bf16_rss_mb"], f"{r['rss_ratio']:.2f}x", ha="center", va="bottom")
-    ax.set_xticks(x, [f"P={r['P']}" for r in mem])
+    if mem[0].get("floor_mb"):
+        ax.axhline(mem[0]["floor_mb"], color="k", ls=":", lw=1, label="imports' floor")
+    ax.set_xticks(x, [f"P={r['P']} h{r.get('hidden', 16)}" for r in mem])
     ax.set_ylabel("peak RSS of the largest rank (MB)")
-    ax.set_title(f"memory (goal bf16 <= {GOALS['rss']}x)")
+    ax.set_title(f"GCN memory (goal bf16 <= {GOALS['rss']}x)")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parts", default="agg,train,memory")
+    ap.add_argument("--parts", default=",".join(PARTS))
     ap.add_argument("--rmat-scale", type=int, default=18)
     ap.add_argument("--graphs", default="cnr_2000,ego_twitter")
     ap.add_argument("--dims", default="16,128")
@@ -219,6 +265,7 @@ def main():
     ap.add_argument("--ranks", default="1,4")
     ap.add_argument("--mem-nodes", type=int, default=1_000_000)
     ap.add_argument("--mem-degree", type=int, default=30)
+    ap.add_argument("--mem-hidden", default="16,128", help="GCN's hidden widths (memory)")
     ap.add_argument("--work", default="/tmp/mgg-bf16-cpu")
     args = ap.parse_args()
     parts = args.parts.split(",")
@@ -230,8 +277,9 @@ def main():
     if "train" in parts:
         rows += training(args.products_scale, args.epochs, ranks)
     if "memory" in parts:
+        hiddens = [int(h) for h in args.mem_hidden.split(",")]
         mem, payload["memory_dataset"] = memory(
-            args.mem_nodes, args.mem_degree, args.epochs, ranks, Path(args.work)
+            args.mem_nodes, args.mem_degree, args.epochs, ranks, Path(args.work), hiddens
         )
         rows += mem
     agg128 = [r["speedup"] for r in rows if r["part"] == "agg" and r.get("D") == 128]
@@ -242,15 +290,18 @@ def main():
         "and memory, in one run on this machine (P ranks share its cores). The "
         "aggregation gathers 2-byte rows instead of 4-byte ones and sums them in float32: "
         "its speedup is the bytes as much as the kernel. Goals: aggregation >= 1.4x at "
-        "D = 128, epoch >= 1.2x, peer bytes 0.5x, peak RSS <= 0.65x."
+        "D = 128, epoch >= 1.2x, peer bytes 0.5x, peak RSS <= 0.65x. Memory: GCN at "
+        "its default width (16) and at 128; above_floor_ratio leaves out floor_mb, what a "
+        "process holds once it imported torch, numba, MPI and mgg, which no dtype halves."
     )
     if "agg_d128_geomean" in payload:
         notes += f" Aggregation at D = 128: geometric mean {payload['agg_d128_geomean']:.2f}x."
     columns = ["part", "graph", "op", "D", "P", "fp32_ms", "bf16_ms", "speedup"]
-    columns += ["bytes_ratio", "fp32_rss_mb", "bf16_rss_mb", "rss_ratio"]
-    write_results("bf16_cpu", payload, rows, columns, notes)
-    plot(rows, RESULTS / "bf16_cpu.png")
-    print(f"wrote {RESULTS / 'bf16_cpu.json'}", flush=True)
+    columns += ["bytes_ratio", "fp32_rss_mb", "bf16_rss_mb", "rss_ratio", "above_floor_ratio"]
+    stem = "-".join(["bf16_cpu"] + ([] if set(parts) == set(PARTS) else parts))
+    write_results(stem, payload, rows, columns, notes)
+    plot(rows, RESULTS / f"{stem}.png")
+    print(f"wrote {RESULTS / stem}.json", flush=True)
     return 0
 
 
