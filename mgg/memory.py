@@ -636,7 +636,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     for r, rows in enumerate(rank_rows(d["n"], ranks, bounds)):
         if rows not in memo:
             host = job_estimate(d, ranks, command, model=model, rows=rows, **kw)
-            gpu = None
+            gpu, chunk = None, 0
             if device:
                 gpu = job_estimate(d, ranks, command, model=model, rows=rows, device=True, **kw)
                 if gpu["total"] > budget["device"]:
@@ -646,16 +646,15 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                             d, ranks, command, model=model, rows=rows, device=True,
                             stream=chunk, **kw,
                         )  # fmt: skip
-                        gpu["stream_rows"] = chunk
                 host = {k: host[k] for k in HOST_PARTS if k in host}
                 host["total"] = sum(host.values())
-            memo[rows] = host, gpu
-        host, gpu = memo[rows]
+            memo[rows] = host, gpu, chunk
+        host, gpu, chunk = memo[rows]
         item = {"rank": r, "rows": rows, "total_bytes": host["total"], "parts": _parts(host)}
         if gpu is not None:
             item["device"] = {"total_bytes": gpu["total"], "parts": _parts(gpu)}
-            if "stream_rows" in gpu:
-                item["device"]["stream_rows"] = gpu["stream_rows"]
+            if chunk:
+                item["device"]["stream_rows"] = chunk
         per_rank.append(item)
     fits = _fits(per_rank, budget)
     out = {"command": command, "np": ranks, "budget": budget, "fits": fits, "per_rank": per_rank}
@@ -678,7 +677,7 @@ def stream_rows(d: dict, ranks: int, command: str, budget: int, model, rows: int
 
 
 def _parts(est: dict) -> dict:
-    return {k: int(v) for k, v in est.items() if k not in ("total", "stream_rows")}
+    return {k: int(v) for k, v in est.items() if k != "total"}
 
 
 def _fits(per_rank: list, budget: dict) -> bool:

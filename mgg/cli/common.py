@@ -69,6 +69,9 @@ def size(text: str) -> str:
     return text
 
 
+DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
+
+
 def device_budget(text: str | None, default: str, ranks: int = 1) -> tuple[int, str]:
     """(a rank's GPU memory in bytes, how it was found): ``text`` (--device-memory), else
     the GPU's shared by the ``ranks`` of the node (mggrun gives rank r device r % GPUs),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ..knobs import flag_help
 from .common import (
+    DEVICE_DEFAULT,
     device_budget,
     device_memory_arg,
     emit,
@@ -20,7 +21,6 @@ from .common import (
 )
 
 COMMANDS = ("train", "check", "partition")
-DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
 
 
 def add(sub):

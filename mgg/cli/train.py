@@ -315,7 +315,7 @@ def main(args) -> int:
     return 0
 
 
-def _device_plan(args, ds, ranks: int, job: dict) -> dict | None:
+def _device_plan(args, ds, ranks: int, job: dict) -> dict:
     """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
     rank's device holds, and how many rows of streamed features a chunk holds where the
     features do not fit. Refused when even streaming does not fit with --device-memory
@@ -325,9 +325,9 @@ def _device_plan(args, ds, ranks: int, job: dict) -> dict | None:
     from ..memory import format_bytes, plan
     from ..partition.shards import ShardedDataset
     from ..process import local_size
-    from .common import device_budget
+    from .common import DEVICE_DEFAULT, device_budget
 
-    budget, how = device_budget(args.device_memory, "80G", local_size())
+    budget, how = device_budget(args.device_memory, DEVICE_DEFAULT, local_size())
     bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
     out = plan(ds, ranks, "train", budget={"host": 2**62, "device": budget}, device=True,
                bounds=bounds, **job)  # fmt: skip

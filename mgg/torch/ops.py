@@ -243,13 +243,16 @@ class HostRows(InputRows):
         """The rows a mask or index [n] selects, on the device, dropped out (Rows when the
         graph is known)."""
         if self.drops:  # the masks are keyed by global row: drop every row, then select
-            return self._rows(self._drop(self.host.to(self.device), 0)[rows])
+            return self._rows(self._whole()[rows])
         rows = rows.cpu() if isinstance(rows, torch.Tensor) else rows
         return self._rows(self.host[rows].to(self.device))
 
     def to_dense(self) -> torch.Tensor:
         """[n, F] on the device, dropped out: every row at once (Rows when the graph is known)."""
-        return self._rows(self._drop(self.host.to(self.device), 0))
+        return self._rows(self._whole())
+
+    def _whole(self) -> torch.Tensor:
+        return self._drop(self.host.to(self.device), 0)
 
     def chunks(self):
         """(start, stop, the rows [stop - start, F] on the device, dropped out) for each
@@ -278,9 +281,8 @@ class HostRows(InputRows):
 
     def _drop(self, t: torch.Tensor, start: int) -> torch.Tensor:
         """t: rows start.. of these rows, with their dropouts (keyed by global row)."""
-        lb = self.g.lb + start
+        lb, drop = self.g.lb + start, self.g.backend.nn.dropout_dense
         for key, threshold, scale, key_at in self.drops:
-            drop = self.g.backend.nn.dropout_dense
             t = as_tensor(drop(as_array(t), key, lb, threshold, scale, key_at))
         return t
 
