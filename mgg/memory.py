@@ -217,11 +217,16 @@ FEATURELESS_WIDTH = 64  # this many seeded random features
 # not calibrated on a GPU yet (docs/data.md)
 DEVICE_BASELINE = 640 * 2**20
 # streamed input features (mgg.torch.HostRows): per row of a chunk, two buffers and the
-# dropped-out copy of one in the job's dtype (and for bf16 one in float32: the weights'
-# gradient is summed in float32)
+# dropped-out copy of one in the job's dtype
 STREAM_COPIES = 3
 # the smallest chunk worth a copy (or all of a rank's rows, when it has fewer)
 STREAM_MIN_ROWS = 1024
+# a model reads dense input features held on its device a chunk at a time (mgg.torch.
+# ChunkedRows: dropout and the first GEMM per chunk, the dropout again in the backward)
+# when their dropped-out copy would take this many bytes or more and its first layer
+# multiplies them first (or the model recomputes): in INPUT_CHUNKS chunks, no copy held
+CHUNKED_INPUT_ABOVE = 256 << 20
+INPUT_CHUNKS = 8
 
 
 class Parts(dict):
@@ -313,7 +318,7 @@ def estimate(
             own -= (fb - rb) * rows * f
         if stream and command == "train":
             own -= rb * rows * f  # the features stay on the host
-            per_row = f * (STREAM_COPIES * rb + (4 if rb < 4 else 0))
+            per_row = f * STREAM_COPIES * rb
             model["streamed"] = per_row * min(int(stream), rows)
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
         return _device(command, plan, *args)
@@ -392,6 +397,10 @@ def _train_parts(
     streamed features (then no [rows, F] activation)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
+    held_in = in_width  # the dropped-out input the first layer keeps
+    chunked = widths[0] < f or (widths[0] == f and recompute)  # mgg.torch.models._chunked
+    if in_width and rb * rows * f >= CHUNKED_INPUT_ABOVE and chunked:
+        held_in = -(-f // INPUT_CHUNKS)  # ChunkedRows: one chunk dropped out at a time
     if streamed:
         part["stream"] = int(streamed)
     pick = {"narrower": min, "input": lambda a, b: a, "output": lambda a, b: b}[aggregates]
@@ -408,7 +417,7 @@ def _train_parts(
         out = rb * (rows * PICKED_COPIES * last + picked * OUTPUT_COPIES * widths[-1])
     else:
         out = rb * rows * OUTPUT_COPIES * widths[-1]
-    act = rb * rows * (in_width + hidden_rows) + out
+    act = rb * rows * (held_in + hidden_rows) + out
     act = int(act + 4 * picked * LABELED_COPIES * widths[-1])
     part["activations"] = act
     if edge_floats:  # attention: per edge and head (the last layer has one head)

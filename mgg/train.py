@@ -29,6 +29,7 @@ from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
 from .torch import (
+    ChunkedRows,
     HostRows,
     InputRows,
     SparseRows,
@@ -482,7 +483,7 @@ class Trainer:
         if isinstance(x, SparseRows):
             v = torch.as_tensor(to_host(x.m.data))
         else:
-            v = x.host if isinstance(x, HostRows) else x.detach()
+            v = x.rows if isinstance(x, ChunkedRows) else x.detach()
         ok = torch.isfinite(v)
         local = [float((~ok).sum()), float(v[ok].abs().max()) if bool(ok.any()) else 0.0]
         if self.comm is not None:

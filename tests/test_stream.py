@@ -63,8 +63,13 @@ def test_streamed_linear_and_its_gradient_match_a_float64_oracle(rng, dtype, chu
     ref = xd @ wd.T + b.detach().to(dtype).double()
     tol = 1e-5 if dtype == torch.float32 else 2e-2  # bf16: y rounded to 8 bits once
     assert torch.allclose(y.double(), ref, rtol=tol, atol=tol * float(ref.abs().max()))
-    # dW summed in float32 over every chunk, exactly representable inputs: float32's rounding
-    dw = dy.double().T @ xd
+    # dW: each chunk's product in the rows' dtype (bf16: rounded once), the chunks summed in
+    # float32; bf16's roundings of each chunk's product are the oracle's too
+    size = max(1, min(chunk, N))
+    dw = sum(
+        (dy[i : i + size].double().T @ xd[i : i + size]).to(dtype).double()
+        for i in range(0, N, size)
+    )
     assert torch.allclose(w.grad.double(), dw, rtol=1e-5, atol=1e-5 * float(dw.abs().max()))
     db = dy.double().sum(0)  # the bias is added in the rows' dtype, as on the device
     assert torch.allclose(b.grad.double(), db, rtol=tol, atol=tol * float(db.abs().max()))
@@ -228,7 +233,7 @@ def test_streamed_rows_on_a_gpu_are_the_held_rows_and_gradients(rng, dtype):
     x = torch.from_numpy(rng.standard_normal((N, F)).astype(np.float32)).to(dtype)
     g = DistGraph.build(random_graph(rng, N, 3 * N), None, backend="cuda", dtype=str(dtype)[6:])
     xs = HostRows.of(x, g, 7)
-    assert xs.host.is_pinned() and xs.device.type == "cuda"
+    assert xs.rows.is_pinned() and xs.device.type == "cuda"
     want = _dropped_twice(x.cuda(), g)
     streamed = _dropped_twice(xs, g)
     assert torch.equal(linear(streamed, torch.eye(F, device="cuda")), want)

@@ -27,6 +27,7 @@ from .layers import (
 from .message import MessagePassing, scatter, softmax
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .ops import (
+    ChunkedRows,
     HostRows,
     InputRows,
     SparseRows,
@@ -63,6 +64,7 @@ __all__ = [
     "as_features",
     "as_tensor",
     "SparseRows",
+    "ChunkedRows",
     "HostRows",
     "InputRows",
     "GCNConv",

@@ -1,7 +1,7 @@
 """Layers with PyG's signatures over the distributed graph.
 
 A layer's ``forward(x, g)`` takes this rank's rows x [n, in] (a tensor, or InputRows for
-input features: SparseRows, HostRows) and the job's DistGraph g, and returns [n, out].
+input features: SparseRows, ChunkedRows) and the job's DistGraph g, and returns [n, out].
 Autograd does the rest: each aggregation's backward runs over the transposed plan.
 Parameter names follow PyG, so ``layer.load_state_dict(pyg_layer.state_dict())`` works.
 
@@ -74,12 +74,22 @@ def pyg_widths():
         _pyg_order = old
 
 
+def in_pyg_widths() -> bool:
+    """Whether the layers run inside ``pyg_widths``."""
+    return _pyg_order
+
+
 def _narrower(x, out_dim: int, pyg: bool) -> bool:
     """Transform before aggregating: x is InputRows (sparse, or streamed); else, inside
     ``pyg_widths``, PyG's order ``pyg``; else the output is narrower."""
     if isinstance(x, InputRows):
         return True
     return pyg if _pyg_order else out_dim < x.shape[1]
+
+
+def _first(out: int, width: int) -> bool | None:
+    """multiplies_first of a layer [n, width] -> [n, out] that aggregates at the narrower."""
+    return True if out < width else False if out == width else None
 
 
 WITH_LOOPS = ("self_loops", "gcn_norm")  # the kinds with one self loop per node
@@ -170,6 +180,13 @@ class GCNConv(_GCNLike):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
         self._cached = None
+
+    def multiplies_first(self, width: int) -> bool | None:
+        """As a model's first layer, given dense rows [n, width]: True, it multiplies them
+        before aggregating (they are narrower after); False, it aggregates them first at
+        its output's width, so it could take them as ChunkedRows, multiplied first, for
+        one more aggregation in its backward pass; None, neither."""
+        return _first(self.out_channels, width)
 
     @rows_io
     def forward(self, x, g, edge_weight=None) -> torch.Tensor:
@@ -277,6 +294,10 @@ class SAGEConv(MessagePassing):
         for lin in (self.lin, self.lin_l, self.lin_r):
             if lin is not None:
                 lin.reset_parameters()
+
+    def multiplies_first(self, width: int) -> bool | None:
+        """As GCNConv's (a sum or a mean; max and min take no ChunkedRows)."""
+        return _first(self.out_channels, width) if self.aggr in ("add", "sum", "mean") else None
 
     @rows_io
     def forward(self, x, g) -> torch.Tensor:
@@ -427,6 +448,11 @@ class GINConv(MessagePassing):
     def reset_parameters(self) -> None:
         self.eps.data.fill_(self.initial_eps)
 
+    def multiplies_first(self, width: int) -> bool | None:
+        """As GCNConv's, by the nn's first Linear (None without one)."""
+        first = self._first_linear()
+        return None if first is None else _first(first.out_features, width)
+
     def _first_linear(self):
         if isinstance(self.nn, MLP):
             return self.nn.lins[0]
@@ -519,6 +545,10 @@ class GATConv(MessagePassing):
         _glorot(self.att_dst)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
+
+    def multiplies_first(self, width: int) -> bool | None:
+        """As GCNConv's: always."""
+        return True
 
     @rows_io
     def forward(self, x, g, return_attention_weights=None):

@@ -16,8 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..graph.core import GRAPH_KINDS
-from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv
-from .ops import dropout, recompute
+from ..memory import CHUNKED_INPUT_ABOVE, INPUT_CHUNKS, STREAM_MIN_ROWS
+from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
+from .ops import ChunkedRows, dropout, recompute, relu_dropout
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
@@ -32,7 +33,13 @@ class Model(nn.Module):
     """What every model here shares: [dropout -> conv -> activation] x (L-1) -> dropout ->
     conv, with dropout ``p_in`` on the input features and ``p`` between layers.
     ``recompute``: in training, each conv with its activation keeps only its input and
-    runs again in the backward pass (mgg.torch.ops.recompute)."""
+    runs again in the backward pass (mgg.torch.ops.recompute).
+
+    In training, large dense input features are read a chunk at a time (ChunkedRows:
+    dropout and the first GEMM per chunk, no dropped-out copy of every row) where the first
+    layer multiplies them first anyway (or could, recomputing: _chunked), and a ReLU with
+    the next layer's dropout keeps only their output (relu_dropout): the same numbers,
+    fewer [n, width] tensors held."""
 
     graph = "as_is"
     act = staticmethod(F.relu)
@@ -47,12 +54,21 @@ class Model(nn.Module):
         last = len(self.convs) - 1
         if rows is not None:
             check_rows_of(self, g, rows, upto)
-        for i, conv in enumerate(self.convs[:upto]):
-            x = dropout(x, g, self.p if i else self.p_in, self.training)
+        convs = self.convs[:upto]
+        if self.training and convs and _chunked(convs[0], x, self.recompute):
+            x = ChunkedRows(x, g, max(STREAM_MIN_ROWS, -(-x.shape[0] // INPUT_CHUNKS)))
+        fused = self.training and self.act is F.relu and self.p > 0
+        dropped = False  # by the previous layer's activation
+        for i, conv in enumerate(convs):
+            if not dropped:
+                x = dropout(x, g, self.p if i else self.p_in, self.training)
+            dropped = fused and i + 1 < len(convs)
 
-            def layer(h, conv=conv, i=i):
+            def layer(h, conv=conv, i=i, drops=dropped):
                 y = conv(h, rows if rows is not None and i == last else g)
-                return y if i == last else self.act(y)
+                if i == last:
+                    return y
+                return relu_dropout(y, g, self.p) if drops else self.act(y)
 
             x = recompute(layer, x, conv, g) if self.recompute and self.training else layer(x)
         return x
@@ -60,6 +76,21 @@ class Model(nn.Module):
     def param_groups(self, weight_decay: float) -> list[dict]:
         """Optimizer parameter groups: L2 weight decay on every parameter."""
         return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
+
+
+def _chunked(conv, x, recompute: bool) -> bool:
+    """Whether the first layer ``conv`` reads the input x as ChunkedRows: x is a plain
+    dense tensor without a gradient whose dropped-out copy would take
+    CHUNKED_INPUT_ABOVE bytes or more, and conv multiplies it first anyway, or could at
+    the same width while the model recomputes (its input then kept as ChunkedRows, not
+    a copy, for one more aggregation); never inside pyg_widths, whose order is PyG's.
+    mgg.memory's estimate follows this rule."""
+    if type(x) is not torch.Tensor or x.ndim != 2 or x.requires_grad or in_pyg_widths():
+        return False
+    first = getattr(conv, "multiplies_first", None)
+    first = None if first is None else first(x.shape[1])
+    big = x.element_size() * x.numel() >= CHUNKED_INPUT_ABOVE
+    return big and (first or (first is False and recompute))
 
 
 def check_rows_of(model, g, rows, upto) -> None:

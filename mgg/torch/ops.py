@@ -105,9 +105,9 @@ def _numpy_dtype(dtype: torch.dtype) -> np.dtype:
 class InputRows:
     """Input features, which need no gradient: they are only dropped out (``dropout``)
     and multiplied (``linear``), so they may stay in a form no tensor op takes:
-    SparseRows (a CSR matrix) or HostRows (dense rows in host memory, streamed). With
-    the job's DistGraph ``g`` they take ``F.dropout`` and ``F.linear`` (``nn.Linear``)
-    as a tensor does, giving Rows."""
+    SparseRows (a CSR matrix) or ChunkedRows (dense rows used a chunk at a time;
+    HostRows: in host memory, streamed). With the job's DistGraph ``g`` they take
+    ``F.dropout`` and ``F.linear`` (``nn.Linear``) as a tensor does, giving Rows."""
 
     g = None
     what = "input features"
@@ -196,23 +196,86 @@ class _SparseLinear(Op):
         return as_tensor((ctx.x.m.T @ as_array(dy)).T), None  # CSC @ dense: no transpose
 
 
-class HostRows(InputRows):
-    """This rank's dense input features [n, F] kept in host memory (pinned when the job
-    runs on a GPU) and streamed through ``device`` ``chunk`` rows at a time, the copy of
-    chunk k+1 overlapped with the work on chunk k (NeuGraph's streaming): what a job does
-    whose features do not fit on the device beside the rest (mgg.memory.plan sizes the
-    chunks). ``dropout`` gives HostRows whose chunks are dropped out on the device with
-    the masks of the whole rows (keyed by global row). On the CPU backend the device is
+class ChunkedRows(InputRows):
+    """This rank's dense input features [n, F], used ``chunk`` rows at a time: dropout and
+    the first layer's GEMM (``linear``) run chunk by chunk, and the backward drops each
+    chunk out again, so no dropped-out copy of every row is ever held. ``rows`` live on
+    the job's device (mgg.torch.Model reads its input so in training when its first layer
+    multiplies before it aggregates anyway); HostRows keep them in host memory.
+    ``dropout`` gives ChunkedRows whose chunks are dropped out with the masks of the whole
+    rows (keyed by global row)."""
+
+    what = "input features used a chunk at a time"
+
+    def __init__(self, rows: torch.Tensor, g, chunk: int, device=None, drops=()):
+        if int(chunk) < 1:
+            raise ValueError(f"{type(self).__name__}: chunk must be >= 1 row, got {chunk}")
+        self.rows, self.g, self.chunk = rows, g, int(chunk)
+        self.device = torch.device(device if device is not None else rows.device)
+        self.drops = tuple(drops)  # each dropout's (key, threshold, scale, key_at), in order
+
+    @property
+    def shape(self):
+        return tuple(self.rows.shape)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.rows.dtype
+
+    def to(self, *args, **kwargs) -> ChunkedRows:
+        """Itself: the rows stay where they are."""
+        return self
+
+    def dropped(self, drop) -> ChunkedRows:
+        """These rows with one more dropout, ``drop``: (key, threshold, scale, key_at)."""
+        return type(self)(self.rows, self.g, self.chunk, self.device, (*self.drops, drop))
+
+    def __getitem__(self, rows) -> torch.Tensor:
+        """The rows a mask or index [n] selects, on the device, dropped out (Rows when the
+        graph is known)."""
+        if self.drops:  # the masks are keyed by global row: drop every row, then select
+            return self._rows(self._whole()[rows])
+        rows = rows.to(self.rows.device) if isinstance(rows, torch.Tensor) else rows
+        return self._rows(self.rows[rows].to(self.device))
+
+    def to_dense(self) -> torch.Tensor:
+        """[n, F] on the device, dropped out: every row at once (Rows when the graph is known)."""
+        return self._rows(self._whole())
+
+    def _whole(self) -> torch.Tensor:
+        return self._drop(self.rows.to(self.device), 0)
+
+    def _cuts(self) -> list[tuple[int, int]]:
+        n = self.shape[0]
+        size = max(1, min(self.chunk, n))
+        return [(s, min(s + size, n)) for s in range(0, n, size)]
+
+    def chunks(self):
+        """(start, stop, the rows [stop - start, F] on the device, dropped out) for each
+        chunk in order."""
+        for s, e in self._cuts():
+            yield s, e, self._drop(self.rows[s:e], s)
+
+    def _drop(self, t: torch.Tensor, start: int) -> torch.Tensor:
+        """t: rows start.. of these rows, with their dropouts (keyed by global row)."""
+        lb, drop = self.g.lb + start, self.g.backend.nn.dropout_dense
+        for key, threshold, scale, key_at in self.drops:
+            t = as_tensor(drop(as_array(t), key, lb, threshold, scale, key_at))
+        return t
+
+    def __repr__(self):
+        name = type(self).__name__
+        return f"{name}(shape={self.shape}, chunk={self.chunk}, device={self.device})"
+
+
+class HostRows(ChunkedRows):
+    """ChunkedRows kept in host memory (pinned when the job runs on a GPU) and streamed
+    through ``device`` a chunk at a time, the copy of chunk k+1 overlapped with the work on
+    chunk k (NeuGraph's streaming): what a job does whose features do not fit on the device
+    beside the rest (mgg.memory.plan sizes the chunks). On the CPU backend the device is
     simulated: a copy thread fills the two chunk buffers, as a GPU's copy engine does."""
 
     what = "input features streamed from host memory"
-
-    def __init__(self, host: torch.Tensor, g, chunk: int, device=None, drops=()):
-        if int(chunk) < 1:
-            raise ValueError(f"HostRows: chunk must be >= 1 row, got {chunk}")
-        self.host, self.g, self.chunk = host, g, int(chunk)
-        self.device = torch.device(device if device is not None else host.device)
-        self.drops = tuple(drops)  # each dropout's (key, threshold, scale, key_at), in order
 
     @classmethod
     def of(cls, x, g, chunk: int) -> HostRows:
@@ -223,49 +286,16 @@ class HostRows(InputRows):
             return cls(t, g, chunk)
         return cls(t.pin_memory(), g, chunk, torch.device("cuda", torch.cuda.current_device()))
 
-    @property
-    def shape(self):
-        return tuple(self.host.shape)
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.host.dtype
-
-    def to(self, *args, **kwargs) -> HostRows:
-        """Itself: the rows stay on the host and stream."""
-        return self
-
-    def dropped(self, drop) -> HostRows:
-        """These rows with one more dropout, ``drop``: (key, threshold, scale, key_at)."""
-        return HostRows(self.host, self.g, self.chunk, self.device, (*self.drops, drop))
-
-    def __getitem__(self, rows) -> torch.Tensor:
-        """The rows a mask or index [n] selects, on the device, dropped out (Rows when the
-        graph is known)."""
-        if self.drops:  # the masks are keyed by global row: drop every row, then select
-            return self._rows(self._whole()[rows])
-        rows = rows.cpu() if isinstance(rows, torch.Tensor) else rows
-        return self._rows(self.host[rows].to(self.device))
-
-    def to_dense(self) -> torch.Tensor:
-        """[n, F] on the device, dropped out: every row at once (Rows when the graph is known)."""
-        return self._rows(self._whole())
-
-    def _whole(self) -> torch.Tensor:
-        return self._drop(self.host.to(self.device), 0)
-
     def chunks(self):
-        """(start, stop, the rows [stop - start, F] on the device, dropped out) for each
-        chunk in order; the next chunk is copied while the caller works on this one."""
-        n, f = self.shape
-        size = max(1, min(self.chunk, n))
-        cuts = [(s, min(s + size, n)) for s in range(0, n, size)]
+        """ChunkedRows.chunks, the next chunk copied while the caller works on this one."""
+        cuts = self._cuts()
+        size, f = (cuts[0][1] if cuts else 1), self.shape[1]
         bufs = [torch.empty((size, f), dtype=self.dtype, device=self.device) for _ in cuts[:2]]
         copies = _Copies(self.device)
 
         def put(k):
             s, e = cuts[k]
-            copies.put(k, bufs[k % 2][: e - s], self.host[s:e])
+            copies.put(k, bufs[k % 2][: e - s], self.rows[s:e])
 
         try:
             if cuts:
@@ -278,16 +308,6 @@ class HostRows(InputRows):
                 copies.free(k)
         finally:
             copies.close()
-
-    def _drop(self, t: torch.Tensor, start: int) -> torch.Tensor:
-        """t: rows start.. of these rows, with their dropouts (keyed by global row)."""
-        lb, drop = self.g.lb + start, self.g.backend.nn.dropout_dense
-        for key, threshold, scale, key_at in self.drops:
-            t = as_tensor(drop(as_array(t), key, lb, threshold, scale, key_at))
-        return t
-
-    def __repr__(self):
-        return f"HostRows(shape={self.shape}, chunk={self.chunk}, device={self.device})"
 
 
 class _Copies:
@@ -350,9 +370,9 @@ def _copy_thread():
     return ThreadPoolExecutor(1, thread_name_prefix="mgg-copy")
 
 
-class _StreamedLinear(Op):
+class _ChunkedLinear(Op):
     @staticmethod
-    def forward(ctx, weight, x: HostRows):
+    def forward(ctx, weight, x: ChunkedRows):
         ctx.x = x
         w = weight.to(x.dtype).T  # bf16 rows: a bf16 copy of the master weights, as ``like``
         y = torch.empty((x.shape[0], weight.shape[0]), dtype=x.dtype, device=x.device)
@@ -362,24 +382,25 @@ class _StreamedLinear(Op):
 
     @staticmethod
     def backward(ctx, dy):
-        """dW = Σ_chunks dyᵀ·x, each chunk streamed again (its dropout again) and summed in
-        float32."""
+        """dW = Σ_chunks dyᵀ·x, each chunk read again (its dropout again), multiplied in
+        the rows' dtype (bf16: the GEMM sums in float32 and rounds once) and the chunks
+        summed in float32."""
         dw = None
         for s, e, rows in ctx.x.chunks():
-            part = dy[s:e].T.float() @ rows.float()
+            part = (dy[s:e].T @ rows).float()
             dw = part if dw is None else dw.add_(part)
         return dw, None
 
 
 def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """y = x Wᵀ + b.  x [n, in] dense tensor, SparseRows or HostRows; W [out, in]; b [out].
+    """y = x Wᵀ + b.  x [n, in] dense tensor, SparseRows or ChunkedRows; W [out, in]; b [out].
     y has x's dtype: bfloat16 rows multiply a bf16 copy of the (float32, master) weights,
     summed in float32 by the backend's GEMM; sparse features give float32."""
     if isinstance(x, SparseRows):
         y = _SparseLinear.apply(weight, x)
         return y if bias is None else y + bias
-    if isinstance(x, HostRows):
-        y = _StreamedLinear.apply(weight, x)
+    if isinstance(x, ChunkedRows):
+        y = _ChunkedLinear.apply(weight, x)
         return y if bias is None else y + like(bias, y)
     return torch.nn.functional.linear(x, like(weight, x), None if bias is None else like(bias, x))
 
@@ -767,8 +788,8 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
 
     Whether entry (v, j) survives depends only on (seed, step, the call's place in the
     step, global row v, j), never on the number of ranks: P ranks draw the masks of one
-    process. x: [n, D] tensor, SparseRows (stored entries only; no gradient) or HostRows
-    (applied to each chunk as it streams).
+    process. x: [n, D] tensor, SparseRows (stored entries only; no gradient) or ChunkedRows
+    (applied to each chunk as it is used).
     """
     check_rows(x, g, "dropout")
     if not 0 <= p < 1:
@@ -777,12 +798,42 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
         return x
     dtype = x.m.dtype if isinstance(x, SparseRows) else x.dtype
     key, threshold, scale, key_at = _mask_args(p, g, accumulator(dtype))
-    if isinstance(x, HostRows):
+    if isinstance(x, ChunkedRows):
         return x.dropped((key, threshold, scale, key_at))
     if isinstance(x, SparseRows):
         m = g.backend.nn.dropout_csr(x.m, key, g.lb, threshold, scale, key_at)
         return SparseRows(m, x.g)
     return _Dropout.apply(x, g, key, threshold, scale, key_at)
+
+
+class _ReluDropout(Op):
+    @staticmethod
+    def forward(ctx, x, g, key, threshold, scale, key_at):
+        ctx.nn, ctx.args = g.backend.nn, (key, g.lb, threshold, scale, key_at)
+        y = as_tensor(ctx.nn.dropout_dense(as_array(x), *ctx.args)).relu_()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (y,) = ctx.saved_tensors
+        dx = as_tensor(ctx.nn.dropout_dense(as_array(dy), *ctx.args))  # the same mask
+        step = max(1, -(-y.shape[0] // 8))  # the mask y <= 0 an eighth of the rows at a time
+        for s in range(0, y.shape[0], step):
+            dx[s : s + step].masked_fill_(y[s : s + step] <= 0, 0)
+        return dx, None, None, None, None, None
+
+
+def relu_dropout(x, g, p: float = 0.5, training: bool = True) -> torch.Tensor:
+    """dropout(relu(x), g, p): the same values, masks and gradients, keeping only its
+    output y [n, D] for the backward (y > 0 where x > 0 and the entry survived), where the
+    two ops apart keep relu's output and make the dropout's besides."""
+    if not training or p == 0:
+        return torch.relu(x)
+    check_rows(x, g, "relu_dropout")
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    return _ReluDropout.apply(x, g, *_mask_args(p, g, accumulator(x.dtype)))
 
 
 def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
