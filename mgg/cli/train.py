@@ -269,6 +269,7 @@ def main(args) -> int:
         if say:
             say(f"resumed from {args.resume} at epoch {trainer.epoch}")
     trainer.fit(args.epochs)
+    fit_peak = peak_rss_mb()  # before the final evaluation
     summary = trainer.summary()
     if args.save:
         trainer.save_model(args.save)
@@ -289,6 +290,7 @@ def main(args) -> int:
         "saved": args.save,
         "notes": data.notes,
         "peak_rss_mb": comm.allgather(peak_rss_mb()),
+        "fit_peak_rss_mb": comm.allgather(fit_peak),
         "memory_estimate_mb": round(planned["total"] / 2**20, 1),
         "planned_bytes": int(planned["total"]),
         "planned_device_bytes": _most(device, "total_bytes"),
