@@ -6,7 +6,9 @@ memory plan, with and without --recompute.
         [--models gcn,sage] [--hidden 64,128] [--ranks 1] [--epochs 3] [--repeat 2]
 
 ``--base``: a commit to compare with, checked out into a temporary git worktree whose
-mgg the base runs import (PYTHONPATH); the new runs import this tree's. Each (model,
+mgg the base runs import (PYTHONPATH); the new runs import this tree's. ``--with``:
+commits applied onto the base (the measure it lacks: fit_peak_rss_mb, training's peak
+before the final evaluation). Each (model,
 hidden, --recompute, P) runs base and new in turn, ``--repeat`` times; cells are the
 median epoch and the largest peak. Recompute runs only where the first layer is as wide
 as the input (there chunks are taken only while recomputing). The losses of the two must
@@ -32,6 +34,7 @@ SIDES = ("base", "new")
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, help="the commit before the change")
+    ap.add_argument("--with", dest="picks", default="", help="commits applied onto the base")
     ap.add_argument("--graph", default="papers100m:scale=0.01")
     ap.add_argument("--models", default="gcn,sage")
     ap.add_argument("--hidden", default="64,128")
@@ -52,9 +55,15 @@ def main():
         base = Path(tmp) / "base"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base),
                         args.base], check=True, capture_output=True)  # fmt: skip
+        for rev in filter(None, args.picks.split(",")):
+            subprocess.run(["git", "-C", str(base), "cherry-pick", "-n", rev], check=True,
+                           capture_output=True)  # fmt: skip
         try:
-            data = Path(tmp) / "shards"
-            mgg_json(1, "partition", args.graph, "--out", data, "--dtype", args.dtype)
+            data = {}
+            for p in sorted({c[3] for c in cells}):  # the shards of each P, once
+                data[p] = Path(tmp) / f"shards-{p}"
+                mgg_json(1, "partition", args.graph, "--np", p, "--out", data[p], "--dtype",
+                         args.dtype)  # fmt: skip
             runs, table = {}, []
             env = {"base": {"PYTHONPATH": str(base)}, "new": None}
             for m, h, rc, p in cells:
@@ -62,7 +71,7 @@ def main():
                 for rep in range(args.repeat):
                     for side in SIDES:
                         res = mgg_json(
-                            p, "train", "--dataset", data, "--model", m, "--hidden", h,
+                            p, "train", "--dataset", data[p], "--model", m, "--hidden", h,
                             "--epochs", args.epochs, "--eval-every", "0", "--dtype",
                             args.dtype, "--output-rows", "labeled",
                             *(["--recompute"] if rc else []), env=env[side],
@@ -70,7 +79,7 @@ def main():
                         cell[side].append(res)
                         print(f"{m} h{h}{' recompute' if rc else ''} P={p} rep {rep + 1} "
                               f"{side}: epoch {res['epoch_time_s']:.2f} s, peak "
-                              f"{max(res['peak_rss_mb']):,.0f} MB", flush=True)  # fmt: skip
+                              f"{max(res['fit_peak_rss_mb']):,.0f} MB", flush=True)  # fmt: skip
                 runs[f"{m}/h{h}/{'recompute' if rc else 'keep'}/P{p}"] = cell
                 table.append(row(m, h, rc, p, cell))
                 write(args, table, runs)
@@ -83,7 +92,7 @@ def main():
 
 def row(model: str, hidden: int, recompute: bool, p: int, cell: dict) -> dict:
     epoch = {s: float(np.median([r["epoch_time_s"] for r in cell[s]])) for s in SIDES}
-    peak = {s: max(max(r["peak_rss_mb"]) for r in cell[s]) for s in SIDES}
+    peak = {s: max(max(r["fit_peak_rss_mb"]) for r in cell[s]) for s in SIDES}
     plan = {s: cell[s][-1]["memory_estimate_mb"] for s in SIDES}
     losses = {s: cell[s][-1]["losses"] for s in SIDES}
     return {
@@ -112,7 +121,9 @@ def write(args, table: list[dict], runs: dict) -> None:
         list(table[0]),
         notes=(
             f"`{args.graph}` (sharded once), {args.dtype}, --output-rows labeled, "
-            f"{args.epochs} epochs a run; base (`{args.base}`) and new in turn, "
+            f"{args.epochs} epochs a run; base (`{args.base}`"
+            + (f" with `{args.picks}`" if args.picks else "")
+            + ") and new in turn, "
             f"{args.repeat} times; the median epoch and the largest rank's largest VmHWM. "
             "New: a ReLU and the next dropout keep only their output (relu_dropout); dense "
             "inputs of 256 MiB or more are read a chunk at a time where the first layer "
