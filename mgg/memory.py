@@ -91,6 +91,17 @@ def peak_rss_mb() -> float:
     return peak / 2**20
 
 
+def reset_peak_rss() -> bool:
+    """Start this process's VmHWM again from its RSS now (Linux's clear_refs 5), so
+    peak_rss_mb measures a phase; whether it could."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def pss_mb() -> float | None:
     """This process's proportional set size now, in MB: its private pages plus its share
     of pages it maps with others (the shared-memory windows counted once across ranks);

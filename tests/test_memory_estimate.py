@@ -9,11 +9,12 @@ separate job compiles and caches the kernels first."""
 
 import json
 
+import numpy as np
 import pytest
 
 from mgg.cli import main
 from mgg.graph.specs import resolve
-from mgg.memory import LIMIT_ENV, format_bytes, job_estimate, peak_rss_mb
+from mgg.memory import LIMIT_ENV, format_bytes, job_estimate, peak_rss_mb, reset_peak_rss
 from mgg.torch import MODELS, build_model
 from mgg.train import prepare
 
@@ -172,6 +173,20 @@ def test_estimate_within_30_percent_of_the_peak_on_two_ranks():
         assert 0.7 * r["peak_bytes"] <= r["planned_bytes"] <= 1.3 * r["peak_bytes"]
         for pss, peak in zip(r["pss_mb"], r["peak_rss_mb"], strict=True):
             assert 100 < pss <= peak, (pss, peak)  # shared pages in part, at the end
+        for fit, peak in zip(r["fit_peak_rss_mb"], r["peak_rss_mb"], strict=True):
+            assert 100 < fit <= peak, (fit, peak)  # training's own peak, within the job's
     estimates = [r["memory_estimate_mb"] for r in runs]
     assert estimates == sorted(estimates), estimates  # the order the comment above needs
     assert runs[3]["memory_estimate_mb"] > runs[0]["memory_estimate_mb"] + 100
+
+
+def test_a_phase_has_its_own_peak():
+    """reset_peak_rss starts VmHWM again, so a phase after a larger one measures its own."""
+    import mmap
+
+    big = mmap.mmap(-1, 60 * 2**20)  # 60 MB, touched, then unmapped (not kept by malloc)
+    np.frombuffer(big, np.uint8)[::4096] = 1
+    big.close()
+    before = peak_rss_mb()
+    assert reset_peak_rss()
+    assert peak_rss_mb() < before - 40, (before, peak_rss_mb())

@@ -7,7 +7,7 @@ import sys
 import time
 import warnings
 
-from ..memory import peak_rss_mb
+from ..memory import peak_rss_mb, reset_peak_rss
 from .common import (
     CONFIG,
     GRAPH,
@@ -268,8 +268,10 @@ def main(args) -> int:
             print(f"mgg {args.command}: warning: {w.message}", file=sys.stderr)
         if say:
             say(f"resumed from {args.resume} at epoch {trainer.epoch}")
+    setup_peak = peak_rss_mb()
+    own = reset_peak_rss()  # training's own peak, apart from the setup's
     trainer.fit(args.epochs)
-    fit_peak = peak_rss_mb()  # before the final evaluation
+    fit_peak = peak_rss_mb() if own else None  # before the final evaluation
     summary = trainer.summary()
     if args.save:
         trainer.save_model(args.save)
@@ -289,7 +291,7 @@ def main(args) -> int:
         **summary,
         "saved": args.save,
         "notes": data.notes,
-        "peak_rss_mb": comm.allgather(peak_rss_mb()),
+        "peak_rss_mb": comm.allgather(max(setup_peak, fit_peak or 0, peak_rss_mb())),
         "fit_peak_rss_mb": comm.allgather(fit_peak),
         "memory_estimate_mb": round(planned["total"] / 2**20, 1),
         "planned_bytes": int(planned["total"]),
