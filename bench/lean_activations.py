@@ -65,7 +65,10 @@ def main():
                 mgg_json(1, "partition", args.graph, "--np", p, "--out", data[p], "--dtype",
                          args.dtype)  # fmt: skip
             runs, table = {}, []
-            env = {"base": {"PYTHONPATH": str(base)}, "new": None}
+            # blocks of 1 MiB and more mapped and unmapped: RSS follows the live bytes, not
+            # what malloc kept of the setup's (mgg keeps freed blocks below 1 GiB)
+            live = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
+            env = {"base": {"PYTHONPATH": str(base), **live}, "new": live}
             for m, h, rc, p in cells:
                 cell = {s: [] for s in SIDES}
                 for rep in range(args.repeat):
@@ -124,7 +127,9 @@ def write(args, table: list[dict], runs: dict) -> None:
             f"{args.epochs} epochs a run; base (`{args.base}`"
             + (f" with `{args.picks}`" if args.picks else "")
             + ") and new in turn, "
-            f"{args.repeat} times; the median epoch and the largest rank's largest VmHWM. "
+            f"{args.repeat} times; the median epoch and the largest rank's largest VmHWM "
+            "over the training (fit_peak_rss_mb), with MALLOC_MMAP_THRESHOLD_=1 MiB so that "
+            "RSS follows the live bytes rather than what malloc kept of the setup's. "
             "New: a ReLU and the next dropout keep only their output (relu_dropout); dense "
             "inputs of 256 MiB or more are read a chunk at a time where the first layer "
             "multiplies them first (hidden < 128), or could while recomputing (hidden "
