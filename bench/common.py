@@ -201,18 +201,18 @@ def _json_default(o):
     raise TypeError(type(o))
 
 
-def mgg_json(nprocs: int, *args, timeout: float = 3600, env: dict | None = None) -> dict:
+def mgg_json(nprocs: int, *args, timeout: float = 3600, env: dict | None = None, cwd=ROOT):
     """Run `mggrun -np P mgg ARGS --json` (``env``: variables added to this process's)
     and return the JSON of its last line."""
-    return job_json(nprocs, "mgg", *args, "--json", timeout=timeout, env=env)
+    return job_json(nprocs, "mgg", *args, "--json", timeout=timeout, env=env, cwd=cwd)
 
 
-def job_json(nprocs: int, *argv, timeout: float = 3600, env: dict | None = None) -> dict:
-    """Run `mggrun -np P ARGV` (a command whose rank 0 prints JSON last) and return the
-    JSON of its last line."""
+def job_json(nprocs: int, *argv, timeout: float = 3600, env: dict | None = None, cwd=ROOT) -> dict:
+    """Run `mggrun -np P ARGV` (a command whose rank 0 prints JSON last) in ``cwd`` (the
+    ranks import the mgg found there first) and return the JSON of its last line."""
     cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(nprocs), *map(str, argv)]
     env = None if env is None else dict(os.environ, **env)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=timeout, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -6,7 +6,8 @@ memory plan, with and without --recompute.
         [--models gcn,sage] [--hidden 64,128] [--ranks 1] [--epochs 3] [--repeat 2]
 
 ``--base``: a commit to compare with, checked out into a temporary git worktree whose
-mgg the base runs import (PYTHONPATH); the new runs import this tree's. ``--with``:
+mgg the base runs import (run there, with it on PYTHONPATH); the new runs import this
+tree's. ``--with``:
 commits applied onto the base (the measure it lacks: fit_peak_rss_mb, training's peak
 before the final evaluation). Each (model,
 hidden, --recompute, P) runs base and new in turn, ``--repeat`` times; cells are the
@@ -69,6 +70,7 @@ def main():
             # what malloc kept of the setup's (mgg keeps freed blocks below 1 GiB)
             live = {"MALLOC_MMAP_THRESHOLD_": str(1 << 20)}
             env = {"base": {"PYTHONPATH": str(base), **live}, "new": live}
+            where = {"base": base, "new": ROOT}
             for m, h, rc, p in cells:
                 cell = {s: [] for s in SIDES}
                 for rep in range(args.repeat):
@@ -77,7 +79,7 @@ def main():
                             p, "train", "--dataset", data[p], "--model", m, "--hidden", h,
                             "--epochs", args.epochs, "--eval-every", "0", "--dtype",
                             args.dtype, "--output-rows", "labeled",
-                            *(["--recompute"] if rc else []), env=env[side],
+                            *(["--recompute"] if rc else []), env=env[side], cwd=where[side],
                         )  # fmt: skip
                         cell[side].append(res)
                         print(f"{m} h{h}{' recompute' if rc else ''} P={p} rep {rep + 1} "
