@@ -61,10 +61,10 @@ def main():
                            capture_output=True)  # fmt: skip
         try:
             data = {}
-            for p in sorted({c[3] for c in cells}):  # the shards of each P, once
-                data[p] = Path(tmp) / f"shards-{p}"
-                mgg_json(1, "partition", args.graph, "--np", p, "--out", data[p], "--dtype",
-                         args.dtype)  # fmt: skip
+            for m, p in sorted({(c[0], c[3]) for c in cells}):  # each model's graph, P
+                data[m, p] = Path(tmp) / f"{m}-{p}"
+                mgg_json(1, "partition", args.graph, "--np", p, "--model", m, "--out",
+                         data[m, p], "--dtype", args.dtype)  # fmt: skip
             runs, table = {}, []
             # blocks of 1 MiB and more mapped and unmapped: RSS follows the live bytes, not
             # what malloc kept of the setup's (mgg keeps freed blocks below 1 GiB)
@@ -76,7 +76,7 @@ def main():
                 for rep in range(args.repeat):
                     for side in SIDES:
                         res = mgg_json(
-                            p, "train", "--dataset", data[p], "--model", m, "--hidden", h,
+                            p, "train", "--dataset", data[m, p], "--model", m, "--hidden", h,
                             "--epochs", args.epochs, "--eval-every", "0", "--dtype",
                             args.dtype, "--output-rows", "labeled",
                             *(["--recompute"] if rc else []), env=env[side], cwd=where[side],
