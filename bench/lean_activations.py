@@ -1,5 +1,5 @@
-"""Fewer [n, width] tensors held in training (ChunkedRows input, relu_dropout) against the
-code before them, on a papers100M-shaped graph: each rank's peak RSS, the epoch and the
+"""Large dense inputs read a chunk at a time in training (ChunkedRows) against the code
+before, on a papers100M-shaped graph: each rank's peak RSS in training, the epoch and the
 memory plan, with and without --recompute.
 
     python bench/lean_activations.py --base REV [--graph papers100m:scale=0.01]
@@ -132,7 +132,7 @@ def write(args, table: list[dict], runs: dict) -> None:
             f"{args.repeat} times; the median epoch and the largest rank's largest VmHWM "
             "over the training (fit_peak_rss_mb), with MALLOC_MMAP_THRESHOLD_=1 MiB so that "
             "RSS follows the live bytes rather than what malloc kept of the setup's. "
-            "New: a ReLU and the next dropout keep only their output (relu_dropout); dense "
+            "New: dense "
             "inputs of 256 MiB or more are read a chunk at a time where the first layer "
             "multiplies them first (hidden < 128), or could while recomputing (hidden "
             "128), so no dropped-out copy of every input row is held. `losses_agree`: "

@@ -1,64 +1,21 @@
-"""Fewer [n, width] tensors held in training, the same numbers: a ReLU with the next
-layer's dropout keeps only its output (relu_dropout), large dense input features are read
-a chunk at a time (ChunkedRows: no dropped-out copy of every row), and mgg.memory's
-estimate counts neither."""
+"""Large dense input features read a chunk at a time in training (ChunkedRows: no
+dropped-out copy of every row), the same numbers, and mgg.memory's estimate without the
+copy."""
 
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
 import mgg.torch.models as models
 from mgg.distgraph import DistGraph
 from mgg.graph.generators import planted_partition
 from mgg.memory import INPUT_CHUNKS, facts, job_estimate
 from mgg.torch import MODELS, ChunkedRows, build_model, dropout, linear
-from mgg.torch.ops import relu_dropout
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import gpu, random_graph
+from conftest import random_graph
 
-N, D = 300, 24
-
-
-def _saved(fn, *args):
-    """fn(*args), and the data pointers of the tensors its autograd graph saved."""
-    ptrs = []
-
-    def pack(t):
-        ptrs.append(t.data_ptr())
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        return fn(*args), ptrs
-
-
-def _relu_dropout_pair(rng, dtype, device="cpu"):
-    g = DistGraph.build(random_graph(rng, N, 3 * N), None, dtype=str(dtype)[6:], backend=device)
-    x = torch.from_numpy(rng.standard_normal((N, D)).astype(np.float32)).to(device, dtype)
-    dy = torch.from_numpy(rng.standard_normal((N, D)).astype(np.float32)).to(device, dtype)
-    got = []
-    for fn in (lambda x: dropout(F.relu(x), g, 0.3), lambda x: relu_dropout(x, g, 0.3)):
-        xi = x.clone().requires_grad_(True)
-        g.begin_step(4)
-        y, saved = _saved(fn, xi)
-        y.backward(dy)
-        got.append((y, xi.grad, saved))
-    return x, got
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_relu_dropout_is_relu_then_dropout_keeping_only_its_output(rng, dtype):
-    x, ((y0, dx0, saved0), (y1, dx1, saved1)) = _relu_dropout_pair(rng, dtype)
-    assert torch.equal(y1, y0) and torch.equal(dx1, dx0)
-    # the masks did both things: negatives zeroed, positives dropped, positives kept
-    kept = y0 != 0
-    assert bool(((x > 0) & ~kept).any()) and bool(kept.any()) and bool((x < 0).any())
-    assert saved1 == [y1.data_ptr()]  # its output, nothing else
-    assert y0.data_ptr() not in saved0 and saved0  # apart: relu's output besides
-    g = DistGraph.build(random_graph(rng, N, 3 * N), None)
-    xf = x.float()
-    assert torch.equal(relu_dropout(xf, g, 0.3, training=False), F.relu(xf))
+N, D = 300, 24  # the GEMM test's rows
 
 
 def _trained(name, monkeypatch, chunk_above, *, hidden=None, recompute=False, dtype="float32"):
@@ -142,10 +99,3 @@ def test_the_estimate_holds_no_dropped_copy_of_chunked_inputs(monkeypatch):
     assert acts(128) == acts(128, above=2**62)  # equal widths: held whole
     assert acts(128, True, above=2**62) - acts(128, True) == copy
     assert acts(64, above=4 * n * f + 1) == acts(64, above=2**62)  # below the threshold
-
-
-@gpu
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gpu_relu_dropout_is_relu_then_dropout(rng, dtype):
-    x, ((y0, dx0, _), (y1, dx1, saved1)) = _relu_dropout_pair(rng, dtype, "cuda")
-    assert torch.equal(y1, y0) and torch.equal(dx1, dx0) and saved1 == [y1.data_ptr()]

@@ -18,7 +18,7 @@ from torch import nn
 from ..graph.core import GRAPH_KINDS
 from ..memory import CHUNKED_INPUT_ABOVE, INPUT_CHUNKS, STREAM_MIN_ROWS
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
-from .ops import ChunkedRows, dropout, recompute, relu_dropout
+from .ops import ChunkedRows, dropout, recompute
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
@@ -37,9 +37,7 @@ class Model(nn.Module):
 
     In training, large dense input features are read a chunk at a time (ChunkedRows:
     dropout and the first GEMM per chunk, no dropped-out copy of every row) where the first
-    layer multiplies them first anyway (or could, recomputing: _chunked), and a ReLU with
-    the next layer's dropout keeps only their output (relu_dropout): the same numbers,
-    fewer [n, width] tensors held."""
+    layer multiplies them first anyway (or could, recomputing: _chunked)."""
 
     graph = "as_is"
     act = staticmethod(F.relu)
@@ -57,18 +55,12 @@ class Model(nn.Module):
         convs = self.convs[:upto]
         if self.training and convs and _chunked(convs[0], x, self.recompute):
             x = ChunkedRows(x, g, max(STREAM_MIN_ROWS, -(-x.shape[0] // INPUT_CHUNKS)))
-        fused = self.training and self.act is F.relu and self.p > 0
-        dropped = False  # by the previous layer's activation
         for i, conv in enumerate(convs):
-            if not dropped:
-                x = dropout(x, g, self.p if i else self.p_in, self.training)
-            dropped = fused and i + 1 < len(convs)
+            x = dropout(x, g, self.p if i else self.p_in, self.training)
 
-            def layer(h, conv=conv, i=i, drops=dropped):
+            def layer(h, conv=conv, i=i):
                 y = conv(h, rows if rows is not None and i == last else g)
-                if i == last:
-                    return y
-                return relu_dropout(y, g, self.p) if drops else self.act(y)
+                return y if i == last else self.act(y)
 
             x = recompute(layer, x, conv, g) if self.recompute and self.training else layer(x)
         return x

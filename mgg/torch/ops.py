@@ -806,36 +806,6 @@ def dropout(x, g, p: float = 0.5, training: bool = True):
     return _Dropout.apply(x, g, key, threshold, scale, key_at)
 
 
-class _ReluDropout(Op):
-    @staticmethod
-    def forward(ctx, x, g, key, threshold, scale, key_at):
-        ctx.nn, ctx.args = g.backend.nn, (key, g.lb, threshold, scale, key_at)
-        y = as_tensor(ctx.nn.dropout_dense(as_array(x), *ctx.args)).relu_()
-        ctx.save_for_backward(y)
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        (y,) = ctx.saved_tensors
-        dx = as_tensor(ctx.nn.dropout_dense(as_array(dy), *ctx.args))  # the same mask
-        step = max(1, -(-y.shape[0] // 8))  # the mask y <= 0 an eighth of the rows at a time
-        for s in range(0, y.shape[0], step):
-            dx[s : s + step].masked_fill_(y[s : s + step] <= 0, 0)
-        return dx, None, None, None, None, None
-
-
-def relu_dropout(x, g, p: float = 0.5, training: bool = True) -> torch.Tensor:
-    """dropout(relu(x), g, p): the same values, masks and gradients, keeping only its
-    output y [n, D] for the backward (y > 0 where x > 0 and the entry survived), where the
-    two ops apart keep relu's output and make the dropout's besides."""
-    if not training or p == 0:
-        return torch.relu(x)
-    check_rows(x, g, "relu_dropout")
-    if not 0 <= p < 1:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-    return _ReluDropout.apply(x, g, *_mask_args(p, g, accumulator(x.dtype)))
-
-
 def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.Tensor:
     """Dropout of per-edge values w [E, H] (GAT's attention), keyed by each edge's global
     (dst, src) and head, so the masks do not depend on the number of ranks."""
