@@ -126,6 +126,28 @@ def memory_bandwidth(gib: float = 1.0, repeat: int = 5) -> float:
     return 3 * n * 4 / t
 
 
+def paired_bars(path: Path, names: list[str], panels: list, sides: dict, title: str) -> None:
+    """A figure of panels, side by side, each two bars per name: ``panels`` [(y label,
+    {side: values})], ``sides`` {side: legend label}, in the order of the bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
+    x = np.arange(len(names))
+    for ax, (label, values) in zip(np.atleast_1d(axes), panels, strict=True):
+        for i, (side, legend) in enumerate(sides.items()):
+            ax.bar(x + 0.4 * i - 0.2, values[side], 0.4, label=legend)
+        ax.set_xticks(x, names, rotation=30, ha="right")
+        ax.set_ylabel(label)
+    np.atleast_1d(axes)[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_results(
     name: str,
     payload: dict,

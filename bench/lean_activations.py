@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, csv_list, mgg_json, write_results
+from common import RESULTS, csv_list, mgg_json, paired_bars, write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 SIDES = ("base", "new")
@@ -144,27 +144,16 @@ def write(args, table: list[dict], runs: dict) -> None:
 
 
 def plot(table: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.8))
-    names = [
-        f"{r['model']} h{r['hidden']}{' rc' if r['recompute'] else ''} P={r['P']}" for r in table
-    ]
-    x = np.arange(len(names))
-    for ax, key, label in ((a, "peak", "peak RSS (MB)"), (b, "epoch", "epoch (s)")):
-        unit = "_mb" if key == "peak" else "_s"
-        ax.bar(x - 0.2, [r[f"{key}_base{unit}"] for r in table], 0.4, label="base")
-        ax.bar(x + 0.2, [r[f"{key}_new{unit}"] for r in table], 0.4, label="new")
-        ax.set_xticks(x, names, rotation=30, ha="right")
-        ax.set_ylabel(label)
-    a.legend()
-    fig.suptitle("training memory and time, before and after (papers100m stand-in)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    paired_bars(
+        path,
+        [f"{r['model']} h{r['hidden']}{' rc' if r['recompute'] else ''} P={r['P']}" for r in table],
+        [
+            (label, {side: [r[f"{key}_{side}{unit}"] for r in table] for side in SIDES})
+            for key, unit, label in (("peak", "_mb", "peak RSS (MB)"), ("epoch", "_s", "epoch (s)"))
+        ],
+        {side: side for side in SIDES},
+        "training memory and time, before and after (papers100m stand-in)",
+    )
 
 
 if __name__ == "__main__":

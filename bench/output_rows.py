@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common import RESULTS, csv_list, mgg_json, write_results
+from common import RESULTS, csv_list, mgg_json, paired_bars, write_results
 
 VARIANTS = ("all", "labeled")
 
@@ -97,25 +97,17 @@ def write(args, table: list[dict], runs: dict) -> None:
 
 
 def plot(table: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    names = [f"{r['model']} P={r['P']}" for r in table]
-    x = np.arange(len(names))
-    for ax, key, label in ((a, "epoch", "epoch (s)"), (b, "peak", "peak RSS (MB)")):
-        unit = "_s" if key == "epoch" else "_mb"
-        ax.bar(x - 0.2, [r[f"{key}_all{unit}"] for r in table], 0.4, label="every row")
-        ax.bar(x + 0.2, [r[f"{key}_labeled{unit}"] for r in table], 0.4, label="labeled rows")
-        ax.set_xticks(x, names)
-        ax.set_ylabel(label)
-    a.legend()
-    fig.suptitle("the output layer over every row vs the labeled rows alone")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    sides = {"all": "every row", "labeled": "labeled rows"}
+    paired_bars(
+        path,
+        [f"{r['model']} P={r['P']}" for r in table],
+        [
+            (label, {v: [r[f"{key}_{v}{unit}"] for r in table] for v in sides})
+            for key, unit, label in (("epoch", "_s", "epoch (s)"), ("peak", "_mb", "peak RSS (MB)"))
+        ],
+        sides,
+        "the output layer over every row vs the labeled rows alone",
+    )
 
 
 if __name__ == "__main__":

@@ -240,6 +240,21 @@ CHUNKED_INPUT_ABOVE = 256 << 20
 INPUT_CHUNKS = 8
 
 
+def multiplies_first(out: int, width: int) -> bool | None:
+    """A layer [n, width] -> [n, out] that aggregates at the narrower width, as a model's
+    first, given dense rows: True, it multiplies them before aggregating; False, it
+    aggregates them first at the same width, so it could take them as ChunkedRows,
+    multiplied first, for one more aggregation in its backward pass; None, neither."""
+    return True if out < width else False if out == width else None
+
+
+def reads_in_chunks(first: bool | None, recompute: bool, nbytes: int) -> bool:
+    """Whether a model reads its dense input as ChunkedRows: the dropped-out copy would take
+    ``nbytes`` >= CHUNKED_INPUT_ABOVE, and its first layer multiplies it first (``first``:
+    its multiplies_first), or could while the model recomputes."""
+    return nbytes >= CHUNKED_INPUT_ABOVE and (first is True or (first is False and recompute))
+
+
 class Parts(dict):
     """A rank's bytes by part (:func:`estimate`); ``returns_freed``: a training rank this
     large gives freed blocks back to the kernel (mgg.process.fit_allocator), as its
@@ -409,8 +424,7 @@ def _train_parts(
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
-    chunked = widths[0] < f or (widths[0] == f and recompute)  # mgg.torch.models._chunked
-    if in_width and rb * rows * f >= CHUNKED_INPUT_ABOVE and chunked:
+    if in_width and reads_in_chunks(multiplies_first(widths[0], f), recompute, rb * rows * f):
         held_in = -(-f // INPUT_CHUNKS)  # ChunkedRows: one chunk dropped out at a time
     if streamed:
         part["stream"] = int(streamed)

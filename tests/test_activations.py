@@ -29,7 +29,7 @@ def _trained(name, monkeypatch, chunk_above, *, hidden=None, recompute=False, dt
             super().__init__(*a, **kw)
             made.append(self)
 
-    monkeypatch.setattr(models, "CHUNKED_INPUT_ABOVE", chunk_above)
+    monkeypatch.setattr("mgg.memory.CHUNKED_INPUT_ABOVE", chunk_above)
     monkeypatch.setattr(models, "STREAM_MIN_ROWS", 64)  # 2,000 rows: chunks of 250
     monkeypatch.setattr(models, "ChunkedRows", Spy)
     ds = planted_partition(2000, 4, num_features=48, seed=2)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..graph.core import GRAPH_KINDS
+from ..memory import multiplies_first as by_widths
 from ..precision import accumulator, torch_dtype
 from .message import MessagePassing, scatter, softmax
 from .ops import (
@@ -85,11 +86,6 @@ def _narrower(x, out_dim: int, pyg: bool) -> bool:
     if isinstance(x, InputRows):
         return True
     return pyg if _pyg_order else out_dim < x.shape[1]
-
-
-def _first(out: int, width: int) -> bool | None:
-    """multiplies_first of a layer [n, width] -> [n, out] that aggregates at the narrower."""
-    return True if out < width else False if out == width else None
 
 
 WITH_LOOPS = ("self_loops", "gcn_norm")  # the kinds with one self loop per node
@@ -182,11 +178,10 @@ class GCNConv(_GCNLike):
         self._cached = None
 
     def multiplies_first(self, width: int) -> bool | None:
-        """As a model's first layer, given dense rows [n, width]: True, it multiplies them
-        before aggregating (they are narrower after); False, it aggregates them first at
-        its output's width, so it could take them as ChunkedRows, multiplied first, for
-        one more aggregation in its backward pass; None, neither."""
-        return _first(self.out_channels, width)
+        """As a model's first layer, given dense rows [n, width]: mgg.memory's
+        multiplies_first (True: it multiplies first; False: it could, for one more
+        aggregation; None: neither)."""
+        return by_widths(self.out_channels, width)
 
     @rows_io
     def forward(self, x, g, edge_weight=None) -> torch.Tensor:
@@ -297,7 +292,7 @@ class SAGEConv(MessagePassing):
 
     def multiplies_first(self, width: int) -> bool | None:
         """As GCNConv's (a sum or a mean; max and min take no ChunkedRows)."""
-        return _first(self.out_channels, width) if self.aggr in ("add", "sum", "mean") else None
+        return by_widths(self.out_channels, width) if self.aggr in ("add", "sum", "mean") else None
 
     @rows_io
     def forward(self, x, g) -> torch.Tensor:
@@ -451,7 +446,7 @@ class GINConv(MessagePassing):
     def multiplies_first(self, width: int) -> bool | None:
         """As GCNConv's, by the nn's first Linear (None without one)."""
         first = self._first_linear()
-        return None if first is None else _first(first.out_features, width)
+        return None if first is None else by_widths(first.out_features, width)
 
     def _first_linear(self):
         if isinstance(self.nn, MLP):

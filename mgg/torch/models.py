@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..graph.core import GRAPH_KINDS
-from ..memory import CHUNKED_INPUT_ABOVE, INPUT_CHUNKS, STREAM_MIN_ROWS
+from ..memory import INPUT_CHUNKS, STREAM_MIN_ROWS, reads_in_chunks
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
 from .ops import ChunkedRows, dropout, recompute
 
@@ -72,17 +72,13 @@ class Model(nn.Module):
 
 def _chunked(conv, x, recompute: bool) -> bool:
     """Whether the first layer ``conv`` reads the input x as ChunkedRows: x is a plain
-    dense tensor without a gradient whose dropped-out copy would take
-    CHUNKED_INPUT_ABOVE bytes or more, and conv multiplies it first anyway, or could at
-    the same width while the model recomputes (its input then kept as ChunkedRows, not
-    a copy, for one more aggregation); never inside pyg_widths, whose order is PyG's.
-    mgg.memory's estimate follows this rule."""
+    dense tensor without a gradient, and mgg.memory.reads_in_chunks says so by its bytes
+    and conv's multiplies_first; never inside pyg_widths, whose order is PyG's."""
     if type(x) is not torch.Tensor or x.ndim != 2 or x.requires_grad or in_pyg_widths():
         return False
-    first = getattr(conv, "multiplies_first", None)
-    first = None if first is None else first(x.shape[1])
-    big = x.element_size() * x.numel() >= CHUNKED_INPUT_ABOVE
-    return big and (first or (first is False and recompute))
+    takes = getattr(conv, "multiplies_first", None)
+    first = None if takes is None else takes(x.shape[1])
+    return reads_in_chunks(first, recompute, x.element_size() * x.numel())
 
 
 def check_rows_of(model, g, rows, upto) -> None:
