@@ -1,6 +1,7 @@
 """Input features streamed from host memory (issue 59, stage 3): a training epoch with the
 features held on the device against the same job under a device budget that makes them
-stream in chunks of about rows/k, k = 2, 4, 8.
+stream in chunks of about rows/k, k = 2, 4, 8; and with its activations kept in host
+memory too (`--offload`: held and the smallest chunk, `+offload`).
 
     python bench/stream.py [--backend cpu|cuda] [--graph SPEC] [--model gcn] [--epochs 10]
                            [--chunks 2,4,8] [--repeat 3] [--dtype float32]
@@ -51,6 +52,8 @@ def main():
     ap.add_argument("--chunks", default="2,4,8")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--no-offload", dest="offload", action="store_false",
+                    help="without the +offload variants")  # fmt: skip
     ap.add_argument("--out", default=None, help="results folder (default bench/results[/gpu])")
     args = ap.parse_args()
     ks = csv_list(args.chunks, cast=int)
@@ -58,6 +61,10 @@ def main():
     base = ["train", "--dataset", args.graph, "--model", args.model, "--epochs", args.epochs,
             "--eval-every", "0", "--backend", args.backend, "--dtype", args.dtype]  # fmt: skip
     variants = {"held": []} | {f"rows/{k}": ["--device-memory", budget[k]] for k in ks}
+    if args.offload:
+        k = max(ks)
+        variants |= {"held+offload": ["--offload"]}
+        variants |= {f"rows/{k}+offload": ["--device-memory", budget[k], "--offload"]}
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     gpu = args.backend == "cuda"
     if args.out:
@@ -95,6 +102,9 @@ def summarize(runs: dict, rows: int) -> list[dict]:
                 "vs_held": epoch / held,
                 "planned_device": format_bytes(planned) if planned else None,
                 "peak_device": format_bytes(peak) if peak else None,
+                "offloaded": format_bytes(max(last["offloaded_bytes"]))
+                if last.get("offloaded_bytes") and last["offloaded_bytes"][0] is not None
+                else None,
                 "peak_rss_mb": max(last["peak_rss_mb"]),
                 "losses_agree": bool(np.allclose(last["losses"], losses, rtol=1e-4)),
                 "runs": len(rs),
@@ -122,6 +132,7 @@ def write(args, table, runs, out_dir: Path, gpu: bool) -> None:
             "vs_held",
             "planned_device",
             "peak_device",
+            "offloaded",
             "peak_rss_mb",
             "losses_agree",
             "runs",
@@ -130,6 +141,7 @@ def write(args, table, runs, out_dir: Path, gpu: bool) -> None:
             f"{args.model.upper()} on `{args.graph}` ({args.backend}, {args.dtype}), "
             f"{args.epochs} epochs a run, median of {len(runs['held'])} runs round-robin. "
             "`vs_held`: the streamed epoch over the held one (> 1: slower). "
+            "`offloaded`: the activations a step kept in host memory (`+offload`). "
             + (
                 ""
                 if gpu
@@ -151,11 +163,13 @@ def plot(table: list[dict], path: Path, args) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
     names = [r["variant"] for r in table]
-    ax.bar(names, [r["epoch_ms"] for r in table], color=["#888"] + ["#3a7"] * (len(names) - 1))
+    colors = ["#37a" if "offload" in n else "#888" if n == "held" else "#3a7" for n in names]
+    ax.bar(names, [r["epoch_ms"] for r in table], color=colors)
     for i, r in enumerate(table):
         ax.text(i, r["epoch_ms"], f"{r['vs_held']:.2f}x", ha="center", va="bottom")
     ax.set_ylabel("epoch (ms, median)")
-    ax.set_title(f"features held vs streamed in chunks ({args.backend}, {args.model})")
+    ax.set_title(f"features held vs streamed, activations offloaded ({args.backend}, {args.model})")
+    ax.tick_params(axis="x", labelrotation=20)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

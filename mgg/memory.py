@@ -238,6 +238,12 @@ STREAM_MIN_ROWS = 1024
 # multiplies them first (or the model recomputes): in INPUT_CHUNKS chunks, no copy held
 CHUNKED_INPUT_ABOVE = 256 << 20
 INPUT_CHUNKS = 8
+# activations in host memory (mgg.torch.offload: --offload, or where the plan needs it after
+# streaming the features): the saved tensors this large or larger leave the device
+OFFLOAD_MIN_BYTES = 1 << 20
+# [rows, hidden] tensors a GPU then holds at the peak: an op's input, output and gradient,
+# and the saved tensor fetched ahead (not calibrated on a GPU yet)
+OFFLOAD_COPIES = 4
 
 
 def multiplies_first(out: int, width: int) -> bool | None:
@@ -295,6 +301,7 @@ def estimate(
     rows: int | None = None,
     device: bool = False,
     stream: int = 0,
+    offload: bool = False,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -302,7 +309,10 @@ def estimate(
     ``rows``: this rank's node rows (default N/P); ``device``: what the GPU of a cuda job
     holds (train and check: no load phase; NVSHMEM windows hold a rank's own rows);
     ``stream``: (device, train) the dense input features stay in host memory and stream
-    through the device in chunks of this many rows (mgg.torch.HostRows).
+    through the device in chunks of this many rows (mgg.torch.HostRows); ``offload``:
+    (device, train) what the backward pass needs waits in host memory (mgg.torch.offload):
+    the device holds a layer's working tensors, the host (part ``offloaded``, not in the
+    device's total) the rest.
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -346,6 +356,7 @@ def estimate(
             own -= rb * rows * f  # the features stay on the host
             per_row = f * STREAM_COPIES * rb
             model["streamed"] = per_row * min(int(stream), rows)
+        model["offload"] = bool(offload) and command == "train"
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
         return _device(command, plan, *args)
     if sharded:
@@ -414,13 +425,16 @@ def _train_parts(
     labeled,
     output_rows="all",
     streamed=0,
+    offload=False,
 ) -> list[int]:
     """Adds a training rank's activations (attention), and model with its gradients and
     optimizer state, to ``part``; returns the widths the layers aggregate at (``aggregates``:
     'narrower' of input and output, as GCN and SAGE; 'input', GIN; 'output', GAT; sparse
     and streamed input features are transformed first; the output layer for the labeled
     rows reads the full graph's windows). ``streamed``: the bytes of the chunks of
-    streamed features (then no [rows, F] activation)."""
+    streamed features (then no [rows, F] activation). ``offload``: the saved tensors in
+    host memory (part ``offloaded``): the device holds the widest layer's working tensors,
+    OFFLOAD_COPIES of them (recomputing: the layer's copies but its kept input)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
@@ -436,6 +450,11 @@ def _train_parts(
     if recompute:  # each layer's input, and the widest layer's copies while it runs again
         hidden_rows = sum(widths[:-1]) + (copies - 1) * max(widths[:-1], default=0)
         heads_kept = heads if layers > 1 else 1
+    kept = rb * rows * hidden_rows  # what offload moves to the host
+    if offload:
+        work = copies - 1 if recompute else min(OFFLOAD_COPIES, copies)
+        hidden_rows = work * max(widths[:-1], default=0)
+        kept -= rb * rows * hidden_rows
     picked = min(labeled, rows)
     if output_rows == "labeled":  # the output layer's rows: the labeled ones
         last = pick(ins[-1], widths[-1]) if ins[-1] else widths[-1]
@@ -447,6 +466,11 @@ def _train_parts(
     part["activations"] = act
     if edge_floats:  # attention: per edge and head (the last layer has one head)
         part["attention"] = 4 * edge_floats * heads_kept * (entries + rows)
+        if offload and layers > 1:  # one layer's on the device
+            kept += 4 * edge_floats * (heads_kept - heads) * (entries + rows)
+            part["attention"] = 4 * edge_floats * heads * (entries + rows)
+    if offload:
+        part["offloaded"] = max(int(kept), 0)
     if params is None:
         dims = list(zip([f] + widths[:-1], widths, strict=True))
         params = sum(a * b + b for a, b in dims)
@@ -468,7 +492,7 @@ def _device(
     else:  # check: x, out, float32 sums, and the windows of width D
         part["activations"] = (3 * rb + 4) * dim * rows
         part["windows"] = 2 * rb * dim * rows
-    part["total"] = sum(part.values())
+    part["total"] = sum(v for k, v in part.items() if k != "offloaded")  # that: the host's
     return part
 
 
@@ -663,32 +687,47 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
     with ``suggest``, the ``fixes`` that fit when it does not. A training rank whose GPU
     would not hold it keeps its dense features in host memory and streams them
-    (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`)."""
+    (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`),
+    and where that is not enough, or with ``offload``, its saved activations too
+    (``device["offload"]``; the host's part ``offloaded``)."""
     d = job_facts(ds)
     kw.pop("rows", None)  # each rank's, from bounds
+    forced = bool(kw.pop("offload", False)) and command == "train"
     per_rank, memo = [], {}
     for r, rows in enumerate(rank_rows(d["n"], ranks, bounds)):
         if rows not in memo:
             host = job_estimate(d, ranks, command, model=model, rows=rows, **kw)
-            gpu, chunk = None, 0
+            gpu, chunk, off = None, 0, False
             if device:
-                gpu = job_estimate(d, ranks, command, model=model, rows=rows, device=True, **kw)
-                if gpu["total"] > budget["device"]:
-                    chunk = stream_rows(d, ranks, command, budget["device"], model, rows, kw)
-                    if chunk:
-                        gpu = job_estimate(
-                            d, ranks, command, model=model, rows=rows, device=True,
-                            stream=chunk, **kw,
-                        )  # fmt: skip
+                for off in (False, True) if not forced else (True,):
+                    kw_off = {**kw, "offload": off}
+                    gpu = job_estimate(
+                        d, ranks, command, model=model, rows=rows, device=True, **kw_off
+                    )
+                    if gpu["total"] > budget["device"]:
+                        chunk = stream_rows(
+                            d, ranks, command, budget["device"], model, rows, kw_off
+                        )
+                        if chunk:
+                            gpu = job_estimate(
+                                d, ranks, command, model=model, rows=rows, device=True,
+                                stream=chunk, **kw_off,
+                            )  # fmt: skip
+                    if gpu["total"] <= budget["device"] or command != "train":
+                        break
                 host = {k: host[k] for k in HOST_PARTS if k in host}
+                if off:
+                    host["offloaded"] = gpu.pop("offloaded")
                 host["total"] = sum(host.values())
-            memo[rows] = host, gpu, chunk
-        host, gpu, chunk = memo[rows]
+            memo[rows] = host, gpu, chunk, off
+        host, gpu, chunk, off = memo[rows]
         item = {"rank": r, "rows": rows, "total_bytes": host["total"], "parts": _parts(host)}
         if gpu is not None:
             item["device"] = {"total_bytes": gpu["total"], "parts": _parts(gpu)}
             if chunk:
                 item["device"]["stream_rows"] = chunk
+            if off:
+                item["device"]["offload"] = True
         per_rank.append(item)
     fits = _fits(per_rank, budget)
     out = {"command": command, "np": ranks, "budget": budget, "fits": fits, "per_rank": per_rank}

@@ -372,7 +372,9 @@ class Trainer:
     def _captured_step(self) -> CapturedStep:
         """The step as a CUDA graph (mgg.torch.graphs), where this job can replay one."""
         why = None
-        if not self.g.backend.gpu:
+        if getattr(self.model, "offload", False):
+            why = "--offload allocates host memory for what it saves, which a capture cannot"
+        elif not self.g.backend.gpu:
             why = "it needs --backend cuda"
         elif self.comm is not None:
             why = "it runs one rank (a step with peers exchanges rows and gradients over MPI)"

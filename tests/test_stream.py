@@ -150,7 +150,10 @@ def test_the_plan_streams_the_largest_chunk_that_fits(dtype):
         assert dev["parts"]["stream"] > 0 and dev["parts"]["dataset"] < held // 1000
     out, dev = _device(held, dtype=dtype)  # fits as it is: nothing streams
     assert out["fits"] and "stream_rows" not in dev and "stream" not in dev["parts"]
-    out, dev = _device(smallest - 1, dtype=dtype)  # a chunk under 1,024 rows: refused
+    out, dev = _device(smallest - 1, dtype=dtype)  # a chunk under 1,024 rows: and offload
+    assert out["fits"] and dev["offload"] and dev["total_bytes"] < smallest
+    floor = _total(1024, dtype=dtype, offload=True)
+    out, dev = _device(floor - 1, dtype=dtype)  # even then a chunk under 1,024 rows: refused
     assert not out["fits"] and "stream_rows" not in dev and out["fixes"]
 
 
@@ -158,7 +161,7 @@ def test_only_dense_training_features_stream():
     sparse = facts(4000, 40_000, features=2000, classes=4, feature_nnz=400_000)
     budget = _total(0, d=sparse) - 1
     out, dev = _device(budget, d=sparse)
-    assert not out["fits"] and "stream_rows" not in dev
+    assert "stream_rows" not in dev and dev["offload"]  # its activations leave instead
     check = plan(WIDE, 1, "check", budget={"host": 2**62, "device": 1}, device=True)
     assert "stream_rows" not in check["per_rank"][0]["device"]
     host = estimate(4000, 40_000, features=2000, classes=4, stream=64)  # the host's: unchanged

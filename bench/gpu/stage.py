@@ -109,7 +109,7 @@ def stages(quick: bool = False) -> dict[str, Stage]:
     test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     bf16 = [*test, "tests/test_cuda_bf16.py"]
     test += ["tests/test_cuda.py", "tests/test_virtual_designs.py", "tests/test_stream.py"]
-    test += ["tests/test_output_rows.py"]
+    test += ["tests/test_output_rows.py", "tests/test_offload.py"]
     bench = [py, "-u"]
 
     def script(name, *args, timeout=420):

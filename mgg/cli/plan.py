@@ -37,6 +37,7 @@ def add(sub):
     s.add_argument("--heads", type=integer(1), default=None, help="attention heads (gat)")
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--recompute", action="store_true", help="mgg train --recompute")
+    s.add_argument("--offload", action="store_true", help="mgg train --offload")
     s.add_argument(
         "--output-rows", choices=["all", "labeled"], default="all", help="mgg train --output-rows"
     )
@@ -86,7 +87,7 @@ def main(args) -> int:
     budget, how = _budget(args)
     kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
     kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
-    kw.update(recompute=args.recompute, output_rows=args.output_rows)
+    kw.update(recompute=args.recompute, output_rows=args.output_rows, offload=args.offload)
     if args.job != "train":
         kw = {k: kw[k] for k in ("dim", "dtype", "order")}
     out = plan(
@@ -148,8 +149,11 @@ def _print(args, out: dict) -> None:
     print(format_table([*rows, total, has], heads))
     print("budget: " + "; ".join(f"{k} from {v}" for k, v in out["budget_how"].items()))
     chunk = big.get("device", {}).get("stream_rows")
+    off = " and the activations kept there" if big.get("device", {}).get("offload") else ""
     if out["fits"] and chunk:
-        print(f"fits, the input features streamed from host memory {chunk:,} rows at a time")
+        print(f"fits, the input features streamed from host memory {chunk:,} rows at a time{off}")
+    elif out["fits"] and off:
+        print("fits, the activations kept in host memory")
     elif out["fits"]:
         print("fits")
     elif out["fixes"]:

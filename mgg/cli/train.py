@@ -48,6 +48,11 @@ RECOMPUTE = (
     "keep only each layer's input for the backward pass and compute the layer again there "
     "(less memory, one more forward per step)"
 )
+OFFLOAD = (
+    "keep what the backward pass needs in host memory until it runs, copied beside the work "
+    "(the device then holds one layer's working tensors; the default where the device plan "
+    "needs it after streaming the features; not with --cuda-graph)"
+)
 
 
 def add(sub):
@@ -83,6 +88,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
     s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
     s.add_argument("--recompute", action="store_true", help=RECOMPUTE)
+    s.add_argument("--offload", action="store_true", help=OFFLOAD)
     s.add_argument("--output-rows", choices=["all", "labeled"], default="all", help=OUTPUT_ROWS)
     device_memory_arg(s, DEVICE_MEMORY)
     s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
@@ -177,6 +183,7 @@ def main(args) -> int:
     ds = open_dataset(args.dataset, args.scale, args.seed)
     job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
                optimizer=args.optimizer, dtype=knobs.dtype, recompute=args.recompute,
+               offload=args.offload,
                output_rows=args.output_rows,
                order="file" if args.order_file else knobs.order)  # fmt: skip
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
@@ -216,6 +223,7 @@ def main(args) -> int:
         **extra,
     ).to(data.y.device)
     model.recompute = args.recompute
+    model.offload = bool(args.offload or mine.get("offload"))
     opt = build_optimizer(
         args.optimizer,
         model,
@@ -242,6 +250,7 @@ def main(args) -> int:
             say(
                 f"device plan per rank: {format_bytes(big['total_bytes'])} of "
                 f"{format_bytes(device['budget']['device'])} ({device['budget_how']})"
+                + ("; activations kept in host memory" if big.get("offload") else "")
             )
     trainer = Trainer(
         dg,
@@ -297,6 +306,8 @@ def main(args) -> int:
         "planned_bytes": int(planned["total"]),
         "planned_device_bytes": _most(device, "total_bytes"),
         "stream_rows": _most(device, "stream_rows"),
+        "offload": model.offload,
+        "offloaded_bytes": comm.allgather(model.offloaded.bytes if model.offloaded else None),
         "pss_mb": comm.allgather(pss_mb()),
         "peak_device_bytes": comm.allgather(backend.peak_device_bytes(comm)),
     }

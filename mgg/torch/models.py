@@ -18,6 +18,7 @@ from torch import nn
 from ..graph.core import GRAPH_KINDS
 from ..memory import INPUT_CHUNKS, STREAM_MIN_ROWS, reads_in_chunks
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
+from .offload import offloaded
 from .ops import ChunkedRows, dropout, recompute
 
 
@@ -33,7 +34,9 @@ class Model(nn.Module):
     """What every model here shares: [dropout -> conv -> activation] x (L-1) -> dropout ->
     conv, with dropout ``p_in`` on the input features and ``p`` between layers.
     ``recompute``: in training, each conv with its activation keeps only its input and
-    runs again in the backward pass (mgg.torch.ops.recompute).
+    runs again in the backward pass (mgg.torch.ops.recompute). ``offload``: in training,
+    what the backward pass needs waits for it in host memory (mgg.torch.offload; the
+    last forward's counts in ``offloaded``).
 
     In training, large dense input features are read a chunk at a time (ChunkedRows:
     dropout and the first GEMM per chunk, no dropped-out copy of every row) where the first
@@ -42,6 +45,8 @@ class Model(nn.Module):
     graph = "as_is"
     act = staticmethod(F.relu)
     recompute = False
+    offload = False
+    offloaded = None  # what the last forward in training kept in host memory (Offloaded)
     picks_rows = False  # its last layer can compute some rows alone (forward's rows=)
 
     def forward(self, x, g, upto: int | None = None, rows=None):
@@ -49,12 +54,18 @@ class Model(nn.Module):
         layer K (1-based; after its activation unless it is the last): embeddings.
         ``rows``: g restricted to some rows R (g.restricted): the last layer computes
         only rows R, over their in-edges only: logits [L, classes]."""
-        last = len(self.convs) - 1
         if rows is not None:
             check_rows_of(self, g, rows, upto)
         convs = self.convs[:upto]
         if self.training and convs and _chunked(convs[0], x, self.recompute):
             x = ChunkedRows(x, g, max(STREAM_MIN_ROWS, -(-x.shape[0] // INPUT_CHUNKS)))
+        if self.offload and self.training and torch.is_grad_enabled():
+            with offloaded(g, keep=[x, *self.parameters()]) as self.offloaded:
+                return self._layers(x, g, convs, rows)
+        return self._layers(x, g, convs, rows)
+
+    def _layers(self, x, g, convs, rows):
+        last = len(self.convs) - 1
         for i, conv in enumerate(convs):
             x = dropout(x, g, self.p if i else self.p_in, self.training)
 
