@@ -3,9 +3,10 @@
 It holds this rank's plan (and the transposed plan for backward passes), the comm, the
 backend, and the aggregation designs per (direction, width) (a symmetric plan's two
 directions share them), each with its own symmetric input buffer. A rank must not
-overwrite its rows while a slow peer still reads them: on the GPU two designs are used in
-turn (a rank writes a buffer only after every peer passed the other buffer's publish
-barrier, after their last read of it; no host barrier joins the stream), on CPUs one,
+overwrite its rows while a slow peer still reads them: on GPUs with peers two designs are
+used in turn (a rank writes a buffer only after every peer passed the other buffer's
+publish barrier, after their last read of it; no host barrier joins the stream; one PE
+alone reads its buffer in its stream's order: one design), on CPUs one,
 with a barrier before its rows are written again (every read of the last call ended
 before its rank's barrier): the window's pages once, not twice (papers100m:scale=0.05
 at P = 4: 173 MB of each rank's RSS).
@@ -324,9 +325,9 @@ class DistGraph:
             t0 = time.perf_counter()
             plan = self.plan.transposed if transpose else self.plan
             options = self.knobs.options(self.design_cls.knobs)
-            self._designs[key] = [
+            self._designs[key] = [  # on GPUs with peers, two in turn (the docstring)
                 self.design_cls(plan, self.comm, dim, self.dtype, **options)
-                for _ in range(2 if self.backend.gpu else 1)
+                for _ in range(2 if self.backend.gpu and self.size > 1 else 1)
             ]
             self._turn[key] = 0
             self.stats["setup_seconds"] += time.perf_counter() - t0

@@ -358,7 +358,7 @@ def estimate(
             model["streamed"] = per_row * min(int(stream), rows)
         model["offload"] = bool(offload) and command == "train"
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
-        return _device(command, plan, *args)
+        return _device(command, plan, p, *args)
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]
@@ -481,17 +481,21 @@ def _train_parts(
 
 
 def _device(
-    command, plan, node_rows, rows, entries, f, feature_nnz, c, rb, directions, dim, model
+    command, plan, ranks, node_rows, rows, entries, f, feature_nnz, c, rb, directions, dim, model
 ) -> dict[str, int]:
     """estimate(device=True): the GPU's bytes of a cuda rank (plan, its node rows, the
-    run), and its symmetric NVSHMEM windows, two per width, of its own rows."""
+    run), and its designs' input buffers of its own rows (mgg.designs.cuda: per width and
+    direction, two in turn with peers, one alone) with, for bfloat16 rows, the float32
+    sums the device's designs share (one per width, at most)."""
     part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
+    turns = 2 if ranks > 1 else 1
+    sums = 4 if rb == 2 else 0
     if command == "train":
         widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, **model)
-        part["windows"] = 2 * directions * rb * sum(widths) * rows
-    else:  # check: x, out, float32 sums, and the windows of width D
-        part["activations"] = (3 * rb + 4) * dim * rows
-        part["windows"] = 2 * rb * dim * rows
+        part["windows"] = (turns * directions * rb + sums) * sum(widths) * rows
+    else:  # check: x, out, and the windows of width D with their float32 sums
+        part["activations"] = 3 * rb * dim * rows
+        part["windows"] = (turns * rb + sums) * dim * rows
     part["total"] = sum(v for k, v in part.items() if k != "offloaded")  # that: the host's
     return part
 

@@ -677,6 +677,47 @@ def test_bf16_weighted_sums_per_edge_and_per_head(rng):
         aggregate_halo(p, xb[p.lb : p.ub].astype(BF16), gather_halo(p, xb), "sum")
 
 
+def test_the_float32_sums_of_a_device_are_allocated_once_per_larger_size(monkeypatch):
+    """shared_sums: every bf16 launch of a device reads the largest buffer asked for so
+    far; a larger size adds one and keeps the smaller (a captured step may hold it), the
+    same or a smaller size allocates nothing; each device has its own."""
+    import mgg.kernels.cuda as kc
+
+    fake_cupy(monkeypatch)
+    monkeypatch.setattr(kc, "_SUMS", {})
+    a = kc.shared_sums(0, 64 * 100)
+    assert a.dtype == np.float32 and a.size == 6400
+    assert kc.shared_sums(0, 16 * 100) is a and kc.shared_sums(0, 6400) is a
+    b = kc.shared_sums(0, 128 * 100)
+    assert b.size == 12800 and kc.shared_sums(0, 10) is b
+    assert kc._SUMS[0] == [a, b]  # the smaller one still held
+    c = kc.shared_sums(1, 10)
+    assert c is not b and c.size == 10
+
+
+@gpu
+@pytest.mark.gpu
+def test_one_pe_holds_one_design_a_width_and_its_bf16_designs_share_their_sums(rng):
+    """A DistGraph of one PE on a GPU: one design per (direction, width), not two in turn;
+    the bf16 designs of two widths read one float32 buffer; both aggregate as the oracle."""
+    import cupy
+
+    from mgg.distgraph import DistGraph
+
+    g = random_graph(rng, 900, 10_000, hub_dst=True)
+    dg = DistGraph.build(g, None, backend="cuda", dtype="bfloat16")
+    for width in (64, 16):
+        x = rng.standard_normal((900, width)).astype(np.float32)
+        xb = cupy.asarray(bf16_bits(x))
+        for _ in range(2):
+            out = dg.aggregate(xb, "sum")
+            assert_bf16_close(out, *bf16_oracle(g, x, "sum"))
+        assert len(dg._designs[(False, width)]) == 1
+    (wide,), (narrow,) = dg._designs[(False, 64)], dg._designs[(False, 16)]
+    assert narrow.acc is wide.acc and wide.acc.size >= 900 * 64
+    dg.free()
+
+
 @gpu
 @pytest.mark.gpu
 def test_bf16_cuda_design_on_one_pe(rng):

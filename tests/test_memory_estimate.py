@@ -14,7 +14,14 @@ import pytest
 
 from mgg.cli import main
 from mgg.graph.specs import resolve
-from mgg.memory import LIMIT_ENV, format_bytes, job_estimate, peak_rss_mb, reset_peak_rss
+from mgg.memory import (
+    LIMIT_ENV,
+    estimate,
+    format_bytes,
+    job_estimate,
+    peak_rss_mb,
+    reset_peak_rss,
+)
 from mgg.torch import MODELS, build_model
 from mgg.train import prepare
 
@@ -190,3 +197,19 @@ def test_a_phase_has_its_own_peak():
     before = peak_rss_mb()
     assert reset_peak_rss()
     assert peak_rss_mb() < before - 40, (before, peak_rss_mb())
+
+
+def test_the_device_windows_count_what_the_cuda_designs_hold():
+    """Per width aggregated (GCN: 32, then the 8 classes), a rank's input rows once alone
+    and twice with peers (mgg.distgraph: two designs in turn), and for bf16 the float32
+    sums, once per width at most (mgg.kernels.cuda.shared_sums)."""
+
+    def windows(ranks, dtype):
+        return estimate(40_000, 400_000, ranks, features=64, classes=8, hidden=32,
+                        dtype=dtype, device=True, rows=10_000)["windows"]  # fmt: skip
+
+    rows_widths = 10_000 * (32 + 8)
+    assert windows(1, "float32") == 4 * rows_widths
+    assert windows(2, "float32") == windows(4, "float32") == 2 * 4 * rows_widths
+    assert windows(1, "bfloat16") == (2 + 4) * rows_widths
+    assert windows(4, "bfloat16") == (2 * 2 + 4) * rows_widths

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.cuda import DevicePlan, current_device, launch_config, row_storage, run
+from ..kernels.cuda import (
+    DevicePlan,
+    current_device,
+    launch_config,
+    row_storage,
+    run,
+    shared_sums,
+)
 from ..knobs import DEFAULTS, check_value
 from ..precision import is_bf16
 from .base import Design
@@ -53,11 +60,8 @@ class CudaPipelined(Design):
         import cupy
 
         n = plan.num_local_nodes
-        # bf16: the float32 sums the kernel rounds into out (one per design, not per call)
-        self.acc = None
-        if is_bf16(self.dtype):  # used in stream order: a shared design's are shared
-            size = max(n * self.dim, 1)
-            self.acc = share.acc if share is not None else cupy.empty(size, cupy.float32)
+        # bf16: the float32 sums the kernel rounds into out, the device's (shared_sums)
+        self.acc = shared_sums(self.dev_id, n * self.dim) if is_bf16(self.dtype) else None
         if not nvshmem:
             if plan.num_ranks != 1:
                 raise ValueError(

@@ -319,6 +319,22 @@ def run(
         )
 
 
+_SUMS: dict[int, list] = {}  # device id -> its float32 sums, the largest last
+
+
+def shared_sums(device_id: int, size: int):
+    """float32 [>= size]: the sums every bf16 launch of this process on this device
+    shares (launches run in one stream's order; each rounds its sums into its own out).
+    A larger size adds a larger buffer and keeps the smaller ones, which a captured step
+    may have baked in: so each size is allocated once, and never per launch."""
+    import cupy
+
+    held = _SUMS.setdefault(device_id, [])
+    if not held or held[-1].size < size:
+        held.append(cupy.empty(max(int(size), 1), cupy.float32))
+    return held[-1]
+
+
 def current_device() -> tuple[int, Device]:
     """(id, limits) of the current GPU, queried live."""
     import cupy
