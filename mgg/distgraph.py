@@ -207,10 +207,11 @@ class DistGraph:
             x = np.ascontiguousarray(x, dtype=self.dtype)
             return aggregate(plan, x, op, eps=eps, weights=weights)
         des = self._design(transpose, d)
-        if x is not des.x:
+        given = x if des.reads_in_place(x) else None
+        if given is None and x is not des.x:
             assign(des.x, x)
         before = des.stats["remote_bytes"]
-        out = des(op, eps, weights=weights)
+        out = des(op, eps, weights=weights, x=given)
         self.stats["remote_bytes"] += des.stats["remote_bytes"] - before
         return out
 

@@ -485,17 +485,18 @@ def _device(
 ) -> dict[str, int]:
     """estimate(device=True): the GPU's bytes of a cuda rank (plan, its node rows, the
     run), and its designs' input buffers of its own rows (mgg.designs.cuda: per width and
-    direction, two in turn with peers, one alone) with, for bfloat16 rows, the float32
-    sums the device's designs share (one per width, at most)."""
+    direction, two in turn with peers; one PE alone reads a layer's rows in place, and
+    check's from one buffer) with, for bfloat16 rows, the float32 sums the device's
+    designs share (one per width, at most)."""
     part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
-    turns = 2 if ranks > 1 else 1
     sums = 4 if rb == 2 else 0
     if command == "train":
         widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, **model)
-        part["windows"] = (turns * directions * rb + sums) * sum(widths) * rows
+        turns = 2 * directions if ranks > 1 else 0
+        part["windows"] = (turns * rb + sums) * sum(widths) * rows
     else:  # check: x, out, and the windows of width D with their float32 sums
         part["activations"] = 3 * rb * dim * rows
-        part["windows"] = (turns * rb + sums) * dim * rows
+        part["windows"] = ((2 if ranks > 1 else 1) * rb + sums) * dim * rows
     part["total"] = sum(v for k, v in part.items() if k != "offloaded")  # that: the host's
     return part
 

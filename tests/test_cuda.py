@@ -1120,6 +1120,38 @@ def test_cuda_design_takes_per_call_edge_weights(rng):
     np.testing.assert_allclose(plain, aggregate(p, x, "sum"), rtol=1e-4, atol=1e-4)
 
 
+def test_one_pe_alone_reads_its_input_in_place_and_makes_a_buffer_only_when_asked(rng, monkeypatch):
+    """CudaPipelined without NVSHMEM (one PE): a call given its rows (a C-contiguous array
+    of the rows' storage and width) launches on them, and no input buffer is made; ``x``
+    makes one when asked (a caller writing into it), a restricted design shares it; other
+    rows are refused. No GPU needed (cupy and the launch are stand-ins)."""
+    import mgg.designs.cuda as dc
+    import mgg.kernels.cuda as kc
+
+    fake_cupy(monkeypatch)
+    monkeypatch.setattr(sys.modules["cupy"], "ndarray", np.ndarray, raising=False)
+    monkeypatch.setattr(sys.modules["cupy"], "uint64", np.uint64, raising=False)
+    monkeypatch.setattr(kc, "_SUMS", {})
+    monkeypatch.setattr(dc, "current_device", lambda: (0, known_gpu("H100")))
+    launched = []
+    monkeypatch.setattr(dc, "run", lambda dplan, x, *rest, **kw: launched.append(x))
+    (p,) = build_plan(random_graph(rng, 300, 3000), 1, 8)
+    d = dc.CudaPipelined(p, None, 16, dist=2, wpb=2)
+    x = rng.standard_normal((300, 16)).astype(np.float32)
+    d("sum", x=x)
+    assert launched[-1] is x and d._own is None
+    for other in (x[:, :8].copy(), np.asfortranarray(x), x.astype(np.float64), x[:100].copy()):
+        assert not d.reads_in_place(other)
+        with pytest.raises(ValueError, match="reads its input rows from its buffer"):
+            d("sum", x=other)
+    d.x[:] = x  # a caller that writes into the buffer: made now
+    d("sum")
+    assert launched[-1] is d.x and d._own is not None and d.x.shape == (300, 16)
+    assert dc.CudaPipelined(p, None, 16, share=d).x.base is d._own
+    d.free()
+    assert d.x is None
+
+
 @gpu
 @pytest.mark.gpu
 @pytest.mark.parametrize("heads", [1, 4])

@@ -698,8 +698,9 @@ def test_the_float32_sums_of_a_device_are_allocated_once_per_larger_size(monkeyp
 @gpu
 @pytest.mark.gpu
 def test_one_pe_holds_one_design_a_width_and_its_bf16_designs_share_their_sums(rng):
-    """A DistGraph of one PE on a GPU: one design per (direction, width), not two in turn;
-    the bf16 designs of two widths read one float32 buffer; both aggregate as the oracle."""
+    """A DistGraph of one PE on a GPU: one design per (direction, width), not two in turn,
+    reading its input rows in place; the bf16 designs of two widths read one float32
+    buffer; both aggregate as the oracle."""
     import cupy
 
     from mgg.distgraph import DistGraph
@@ -715,6 +716,7 @@ def test_one_pe_holds_one_design_a_width_and_its_bf16_designs_share_their_sums(r
         assert len(dg._designs[(False, width)]) == 1
     (wide,), (narrow,) = dg._designs[(False, 64)], dg._designs[(False, 16)]
     assert narrow.acc is wide.acc and wide.acc.size >= 900 * 64
+    assert wide._own is None and narrow._own is None  # the rows read in place
     dg.free()
 
 

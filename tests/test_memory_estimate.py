@@ -200,16 +200,16 @@ def test_a_phase_has_its_own_peak():
 
 
 def test_the_device_windows_count_what_the_cuda_designs_hold():
-    """Per width aggregated (GCN: 32, then the 8 classes), a rank's input rows once alone
-    and twice with peers (mgg.distgraph: two designs in turn), and for bf16 the float32
-    sums, once per width at most (mgg.kernels.cuda.shared_sums)."""
+    """Per width aggregated (GCN: 32, then the 8 classes), a rank's input rows twice with
+    peers (mgg.distgraph: two designs in turn) and none alone (read in place), and for
+    bf16 the float32 sums, once per width at most (mgg.kernels.cuda.shared_sums)."""
 
     def windows(ranks, dtype):
         return estimate(40_000, 400_000, ranks, features=64, classes=8, hidden=32,
                         dtype=dtype, device=True, rows=10_000)["windows"]  # fmt: skip
 
     rows_widths = 10_000 * (32 + 8)
-    assert windows(1, "float32") == 4 * rows_widths
+    assert windows(1, "float32") == 0
     assert windows(2, "float32") == windows(4, "float32") == 2 * 4 * rows_widths
-    assert windows(1, "bfloat16") == (2 + 4) * rows_widths
+    assert windows(1, "bfloat16") == 4 * rows_widths
     assert windows(4, "bfloat16") == (2 * 2 + 4) * rows_widths

@@ -48,6 +48,7 @@ class Design:
         self.x = None
         self.stats = {"calls": 0, "wait_seconds": 0.0, "remote_rows": 0, "remote_bytes": 0}
         self.edge_weights = None  # (local, remote) during a call that gives them
+        self.given = None  # the input rows a call gives (reads_in_place), during it
 
     @classmethod
     def window_choices(cls, comm) -> tuple[str, ...]:
@@ -82,13 +83,21 @@ class Design:
         )
         self.x = self.buffer.local[: self.plan.num_local_nodes]
 
-    def __call__(self, op: str = "sum", eps: float = 0.0, out=None, weights=None):
+    def reads_in_place(self, x) -> bool:
+        """Whether a call may read the input rows x from where they are (``__call__``'s
+        x) instead of from ``x``: none but one GPU PE alone (CudaPipelined)."""
+        return False
+
+    def __call__(self, op: str = "sum", eps: float = 0.0, out=None, weights=None, x=None):
         """Collective: aggregate the rows every rank wrote into its ``x``.
 
         weights  per-call edge weights (local [El(, H)], remote [Er(, H)]) in the plan's
                  edge order, for a weighted sum (GAT's attention)
+        x        the input rows, read where they are (only where ``reads_in_place(x)``)
         returns out [rows, D] (numpy on the CPU, cupy on the GPU)
         """
+        if x is not None and not self.reads_in_place(x):
+            raise ValueError(f"the {self.name} design reads its input rows from its buffer x")
         check_op(op, self.weighted, weights is not None)
         if weights is not None:
             if not self.edge_weights_ok:
@@ -105,11 +114,11 @@ class Design:
         sums = out if self.stores_rounded else sums_for(out, self.dtype, self.xp)
         if self.buffer is not None:
             self.buffer.publish()
-        self.edge_weights = weights
+        self.edge_weights, self.given = weights, x
         try:
             self.run(op, eps, sums)
         finally:
-            self.edge_weights = None
+            self.edge_weights = self.given = None
         store_rows(sums, out)
         self.stats["calls"] += 1
         return out

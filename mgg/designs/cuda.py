@@ -62,17 +62,14 @@ class CudaPipelined(Design):
         n = plan.num_local_nodes
         # bf16: the float32 sums the kernel rounds into out, the device's (shared_sums)
         self.acc = shared_sums(self.dev_id, n * self.dim) if is_bf16(self.dtype) else None
+        self._alone = not nvshmem
+        self._share, self._own, self._held = share, None, held
         if not nvshmem:
             if plan.num_ranks != 1:
                 raise ValueError(
                     f"the plan is for {plan.num_ranks} ranks but there is no NVSHMEM comm"
                 )
-            if share is not None:
-                self._own = share._own
-            else:
-                self._own = cupy.zeros((max(plan.max_local_nodes, 1), self.dim), held)
-            self.x = self._own[:n]
-            self.peers = cupy.asarray(np.array([self._own.data.ptr], np.uint64))
+            self.peers = cupy.zeros(1, cupy.uint64)  # one PE: no remote row to point at
             mode, why = "p2p", "one PE in plain device memory"
         else:
             self.symmetric_input(share=share)
@@ -111,6 +108,44 @@ class CudaPipelined(Design):
         )
 
     @property
+    def x(self):
+        """This rank's input rows [n, D]: the symmetric buffer; for one PE alone, a buffer
+        made when first asked for (a call given its rows reads them in place instead)."""
+        if self._x is None and self._alone:
+            self._x = self._input_buffer()[: self.plan.num_local_nodes]
+        return self._x
+
+    @x.setter
+    def x(self, value):
+        self._x = value
+
+    def _input_buffer(self):
+        """One PE alone: the input buffer, a share's (the full graph's) where given."""
+        if self._share is not None:
+            return self._share._input_buffer()
+        if self._own is None:
+            import cupy
+
+            rows = max(self.plan.max_local_nodes, 1)
+            self._own = cupy.zeros((rows, self.dim), self._held)
+        return self._own
+
+    def reads_in_place(self, x) -> bool:
+        """One PE alone reads a C-contiguous cupy array of its rows' storage in place:
+        nothing else reads it, and the launches run in its stream's order."""
+        import cupy
+
+        return (
+            self._alone
+            and isinstance(x, cupy.ndarray)
+            and x.ndim == 2
+            and x.dtype == self._held
+            and x.shape[0] >= self.plan.num_local_nodes
+            and x.shape[1] == self.dim
+            and x.flags.c_contiguous
+        )
+
+    @property
     def xp(self):
         import cupy
 
@@ -119,7 +154,7 @@ class CudaPipelined(Design):
     def run(self, op, eps, out):
         run(
             self.dplan,
-            self.x,
+            self.given if self.given is not None else self.x,
             self.peers,
             out,
             op,
@@ -133,4 +168,5 @@ class CudaPipelined(Design):
 
     def free(self) -> None:
         super().free()
-        self._own = self.acc = None
+        self._own = self._share = self.acc = None
+        self._alone = False
