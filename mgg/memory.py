@@ -242,7 +242,8 @@ INPUT_CHUNKS = 8
 # streaming the features): the saved tensors this large or larger leave the device
 OFFLOAD_MIN_BYTES = 1 << 20
 # [rows, hidden] tensors a GPU then holds at the peak: an op's input, output and gradient,
-# and the saved tensor fetched ahead (not calibrated on a GPU yet)
+# and the saved tensor fetched ahead (bench/offload.py on the CPU's simulated device: 4.0
+# for GCN at 2 and 4 layers, hidden 128; not measured on a GPU yet)
 OFFLOAD_COPIES = 4
 
 
@@ -434,7 +435,8 @@ def _train_parts(
     rows reads the full graph's windows). ``streamed``: the bytes of the chunks of
     streamed features (then no [rows, F] activation). ``offload``: the saved tensors in
     host memory (part ``offloaded``): the device holds the widest layer's working tensors,
-    OFFLOAD_COPIES of them (recomputing: the layer's copies but its kept input)."""
+    OFFLOAD_COPIES of them (recomputing: a layer's copies and two inputs, the one fetched
+    back and the next one's, or what recomputing alone holds where that is less)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
@@ -451,10 +453,11 @@ def _train_parts(
         hidden_rows = sum(widths[:-1]) + (copies - 1) * max(widths[:-1], default=0)
         heads_kept = heads if layers > 1 else 1
     kept = rb * rows * hidden_rows  # what offload moves to the host
-    if offload:
-        work = copies - 1 if recompute else min(OFFLOAD_COPIES, copies)
-        hidden_rows = work * max(widths[:-1], default=0)
-        kept -= rb * rows * hidden_rows
+    if offload:  # recomputing: a layer's copies, its input fetched back and the next's
+        widest = max(widths[:-1], default=0)
+        work = min(hidden_rows, (copies + 1) * widest) if recompute else OFFLOAD_COPIES * widest
+        kept += rb * rows * (held_in - work)
+        hidden_rows, held_in = work, 0  # the first op saves the dropped input: the host's
     picked = min(labeled, rows)
     if output_rows == "labeled":  # the output layer's rows: the labeled ones
         last = pick(ins[-1], widths[-1]) if ins[-1] else widths[-1]

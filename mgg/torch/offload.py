@@ -11,13 +11,16 @@ the next to be needed) starts at once beside that op's work: one tensor in fligh
 time. No step waits on the host for a copy; on a GPU the work waits for a tensor's copy
 to the host where the next one is saved (its block may be CuPy's, which frees in stream
 order only), so each copy overlaps the work between two saves. On the CPU backend the
-device is simulated, as HostRows' is: a copy thread moves the bytes (and the memory stays
-where it was).
+device is simulated, as HostRows' is: a copy thread moves the bytes, and the host copies
+live in a shared anonymous mapping, which Linux counts apart from the heap (RssShmem, not
+RssAnon): what the simulated device holds is measurable.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+import mmap
 import weakref
 
 import torch
@@ -50,8 +53,8 @@ class _Mover:
     def to_host(self, t: torch.Tensor):
         """(host copy of t, its token): the copy starts after the work that made t."""
         if not self.gpu:
-            host = torch.empty(t.shape, dtype=t.dtype)
-            return host, _copy_thread().submit(host.copy_, t)  # the thread holds t
+            host = _host_block(t.shape, t.dtype)
+            return host, _copy_thread().submit(_copy, host, t)  # the thread holds t
         self.settle()
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
         self.side.wait_stream(self.main)
@@ -76,7 +79,7 @@ class _Mover:
 
             def copy():
                 after.result()
-                dev.copy_(host)
+                _copy(dev, host)
 
             return dev, _copy_thread().submit(copy)
         dev = torch.empty(host.shape, dtype=host.dtype, device=self.device)
@@ -93,6 +96,19 @@ class _Mover:
             torch.cuda.current_stream(self.device).wait_event(token)
         else:
             token.result()
+
+
+def _copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+    with torch.no_grad():  # the copy thread's own grad mode
+        dst.copy_(src)
+
+
+def _host_block(shape, dtype: torch.dtype) -> torch.Tensor:
+    """The simulated host memory of the CPU backend: a shared anonymous mapping, which
+    Linux counts apart (RssShmem) from the simulated device's heap (RssAnon)."""
+    numel = math.prod(shape)
+    block = mmap.mmap(-1, max(numel * dtype.itemsize, 1))  # the tensor keeps it mapped
+    return torch.frombuffer(block, dtype=dtype, count=numel).view(shape)
 
 
 class _Saved:
