@@ -90,6 +90,36 @@ def test_a_tensor_saved_twice_is_moved_once_and_a_reused_block_is_not_mistaken(m
     assert torch.allclose(u.grad, want, rtol=1e-6, atol=1e-6)
 
 
+def test_each_saved_tensor_comes_back_once_the_next_one_fetched_ahead(monkeypatch):
+    """A chain of ops, each saving its input: the backward unpacks them last first; each
+    is copied back once, all but the first fetched ahead while the op after it ran."""
+    import mgg.torch.offload as off
+
+    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 1024)
+    copies, unpacked = [], []
+    to_device, unpack = off._Mover.to_device, off._unpack
+    monkeypatch.setattr(
+        off._Mover, "to_device", lambda m, h, a: copies.append(h) or to_device(m, h, a)
+    )
+    monkeypatch.setattr(off, "_unpack", lambda s: unpacked.append(s.ahead is not None) or unpack(s))
+    u = torch.randn(256, 64, requires_grad=True)
+    with offloaded(CPU) as moved:
+        y = u * 1.0
+        for _ in range(5):
+            y = y.sin()  # saves its input
+    assert moved.tensors == 5
+    y.sum().backward()
+    x = u.detach()
+    want = torch.ones_like(x)
+    for k in range(5, 0, -1):  # d/dx sin^5(x) by the chain rule, outermost first
+        inner = x
+        for _ in range(k - 1):
+            inner = inner.sin()
+        want = want * inner.cos()
+    assert torch.allclose(u.grad, want, rtol=1e-5, atol=1e-6)
+    assert len(copies) == 5 and unpacked == [False, True, True, True, True]
+
+
 def test_small_and_integer_tensors_and_kept_ones_stay(monkeypatch):
     monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 4096)
     w = torch.randn(64, 64, requires_grad=True)  # 16 KiB: kept, a parameter

@@ -82,18 +82,19 @@ class _Mover:
                 _copy(dev, host)
 
             return dev, _copy_thread().submit(copy)
-        dev = torch.empty(host.shape, dtype=host.dtype, device=self.device)
         with torch.cuda.stream(self.side):  # in order after host's own copy on this stream
+            dev = torch.empty(host.shape, dtype=host.dtype, device=self.device)  # side's block
             dev.copy_(host, non_blocking=True)
-            dev.record_stream(self.side)
             done = torch.cuda.Event()
             done.record(self.side)
         return dev, done
 
-    def wait(self, token) -> None:
-        """The work from here on sees the copy of ``token``."""
+    def wait(self, dev: torch.Tensor, token) -> None:
+        """The work from here on sees the copy of ``token`` into ``dev``."""
         if self.gpu:
-            torch.cuda.current_stream(self.device).wait_event(token)
+            work = torch.cuda.current_stream(self.device)
+            work.wait_event(token)
+            dev.record_stream(work)  # its block is reused only once the work is done with it
         else:
             token.result()
 
@@ -114,11 +115,12 @@ def _host_block(shape, dtype: torch.dtype) -> torch.Tensor:
 class _Saved:
     """One tensor on the host: its copy, the copy's token, and a device copy fetched ahead."""
 
-    __slots__ = ("state", "index", "host", "stored", "ahead", "__weakref__")
+    __slots__ = ("state", "index", "host", "stored", "ahead", "used", "__weakref__")
 
     def __init__(self, state, index: int, host: torch.Tensor, stored):
         self.state, self.index, self.host, self.stored = state, index, host, stored
         self.ahead = None  # (device tensor, token) of a prefetch
+        self.used = False  # unpacked once: not fetched ahead again
 
 
 class _State:
@@ -129,17 +131,19 @@ class _State:
         self.mover, self.stats = mover, stats
         self.min_bytes = memory.OFFLOAD_MIN_BYTES
         self.saved: list[weakref.ref] = []
-        self.fetching: _Saved | None = None  # the one prefetch in flight or unread
+        self.fetching = None  # weakly, the one fetched ahead and not yet unpacked
 
     def fetch_before(self, index: int) -> None:
-        """Start the copy back of the tensor saved last before ``index`` still alive."""
-        if self.fetching is not None and self.fetching.ahead is not None:
+        """Start the copy back of the tensor saved last before ``index`` that is still
+        saved and not yet unpacked, unless one is fetched ahead already."""
+        ahead = self.fetching() if self.fetching is not None else None
+        if ahead is not None and ahead.ahead is not None:
             return
         for i in range(index - 1, -1, -1):
             s = self.saved[i]()
-            if s is not None and s.ahead is None:
+            if s is not None and not s.used and s.ahead is None:
                 s.ahead = self.mover.to_device(s.host, s.stored)
-                self.fetching = s
+                self.fetching = weakref.ref(s)
                 return
 
 
@@ -170,13 +174,11 @@ def _unpack(saved):
         return saved
     state = saved.state
     if saved.ahead is not None:
-        dev, token = saved.ahead
-        saved.ahead = None
-        if state.fetching is saved:
-            state.fetching = None
+        (dev, token), saved.ahead = saved.ahead, None
     else:
         dev, token = state.mover.to_device(saved.host, saved.stored)
-    state.mover.wait(token)
+    saved.used = True
+    state.mover.wait(dev, token)
     state.fetch_before(saved.index)
     return dev
 
