@@ -3,7 +3,8 @@ simulated device: what training holds on the "device" at its peak with and witho
 with and without --recompute, the bytes moved, the epoch, and the plan's estimate.
 
     python bench/offload.py [--graph planted:nodes=200000,classes=16,features=128]
-        [--models gcn,sage,gin,gat] [--hidden 128] [--layers 4] [--epochs 3] [--repeat 2]
+        [--models gcn,sage,gin,gat] [--hidden 128] [--layers 2,4] [--epochs 3] [--repeat 2]
+        [--backend cpu|cuda]
 
 On the CPU backend the device is the process's heap and the host copies live in a shared
 anonymous mapping (mgg.torch.offload), which Linux counts apart: RssAnon is what the
@@ -14,6 +15,8 @@ peak during fit over what the process held when fit began (the dataset, the plan
 model), the activations' share of the device. The variants of a model run in turn,
 ``--repeat`` times; cells are the largest peak and the median epoch. The plan's column:
 mgg.memory's device estimate of the activations (its `activations` part) for the job.
+With ``--backend cuda`` (the GPU stage 'offload') the device's peak is mgg's
+`peak_device_bytes` of the run (its pools' peak), and the results go to bench/results/gpu.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def child(argv: list[str]) -> int:
 
 
 def run(argv: list[str]) -> dict:
+    """One `mgg train` process: its JSON with fit's sampled peaks."""
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=str(1 << 20), MGG_PROGRESS="0")
     r = subprocess.run([sys.executable, __file__, "--child", *map(str, argv)], cwd=ROOT,
                        env=env, capture_output=True, text=True, timeout=3600)  # fmt: skip
@@ -94,16 +98,21 @@ def run(argv: list[str]) -> dict:
     return {**json.loads(lines[-2]), **json.loads(lines[-1])}
 
 
-def planned(graph: str, model: str, hidden: int | None, layers: int, extra: list[str]) -> int:
+def planned(graph: str, model: str, hidden: int | None, layers: int):
+    """variant's flags -> the plan's device activations (and attention) of the job."""
     from mgg.graph.specs import resolve, spec_facts
     from mgg.memory import job_estimate, job_facts
     from mgg.torch import MODELS
 
     d = spec_facts(graph) or job_facts(resolve(graph))
-    est = job_estimate(d, 1, "train", model=MODELS[model], rows=d["n"], device=True,
-                       hidden=hidden, layers=layers, recompute="--recompute" in extra,
-                       offload="--offload" in extra)  # fmt: skip
-    return int(est["activations"] + est.get("attention", 0))
+
+    def of(extra: list[str]) -> int:
+        est = job_estimate(d, 1, "train", model=MODELS[model], rows=d["n"], device=True,
+                           hidden=hidden, layers=layers, recompute="--recompute" in extra,
+                           offload="--offload" in extra)  # fmt: skip
+        return int(est["activations"] + est.get("attention", 0))
+
+    return of
 
 
 def main():
@@ -113,62 +122,86 @@ def main():
     ap.add_argument("--graph", default="planted:nodes=200000,classes=16,features=128")
     ap.add_argument("--models", default="gcn,sage,gin,gat")
     ap.add_argument("--hidden", type=int, default=128, help="gcn, sage, gin (gat: its own)")
-    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--layers", default="2,4")
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
+    gpu = args.backend == "cuda"
     table, runs = [], {}
     for m in csv_list(args.models, allowed=["gcn", "sage", "gin", "gat"]):
         hidden = None if m == "gat" else args.hidden
-        base = ["--dataset", args.graph, "--model", m, "--epochs", args.epochs,
-                "--eval-every", "0", "--layers", args.layers,
-                *(["--hidden", hidden] if hidden else [])]  # fmt: skip
-        cell = {v: [] for v in VARIANTS}
-        for rep in range(args.repeat):
-            for v, extra in VARIANTS.items():
-                res = run([*base, *extra])
-                cell[v].append(res)
-                print(f"{m} {v} rep {rep + 1}: device peak {res['fit_peak_anon_mb']:,.0f} MB "
-                      f"(fit began at {res['fit_start_anon_mb']:,.0f}), host "
-                      f"{res['fit_peak_shmem_mb']:,.0f} MB, epoch "
-                      f"{res['epoch_time_s'] * 1e3:.0f} ms", flush=True)  # fmt: skip
-        runs[m] = cell
-        held = cell["held"]
-        for v, rs in cell.items():
-            peak = max(r["fit_peak_anon_mb"] for r in rs)
-            growth = max(r["fit_peak_anon_mb"] - r["fit_start_anon_mb"] for r in rs)
-            epoch = float(np.median([r["epoch_time_s"] for r in rs]))
-            same = cell["recompute"] if "recompute" in v else held
-            moved = rs[-1]["offloaded_bytes"][0]
-            table.append({
-                "model": m,
-                "variant": v,
-                "device_peak_mb": peak,
-                "growth_mb": growth,
-                "growth_vs_held": growth / max(r["fit_peak_anon_mb"] - r["fit_start_anon_mb"]
-                                               for r in held),
-                "planned_mb": planned(args.graph, m, hidden, args.layers, VARIANTS[v]) / 2**20,
-                "host_peak_mb": max(r["fit_peak_shmem_mb"] for r in rs),
-                "offloaded_mb": None if moved is None else moved / 2**20,
-                "epoch_ms": epoch * 1e3,
-                "epoch_vs_held": epoch / float(np.median([r["epoch_time_s"] for r in held])),
-                "same_losses": all(np.array_equal(r["losses"], same[0]["losses"]) for r in rs),
-            })  # fmt: skip
-        write(args, table, runs)
+        for layers in csv_list(args.layers, cast=int):
+            base = ["--dataset", args.graph, "--model", m, "--epochs", args.epochs,
+                    "--eval-every", "0", "--layers", layers, "--backend", args.backend,
+                    *(["--hidden", hidden] if hidden else [])]  # fmt: skip
+            cell = {v: [] for v in VARIANTS}
+            for rep in range(args.repeat):
+                for v, extra in VARIANTS.items():
+                    res = run([*base, *extra])
+                    cell[v].append(res)
+                    print(f"{m} x{layers} {v} rep {rep + 1}: device {device_mb(res, gpu):,.0f} "
+                          f"MB, epoch {res['epoch_time_s'] * 1e3:.0f} ms", flush=True)  # fmt: skip
+            runs[f"{m} x{layers}"] = cell
+            table += rows(m, layers, cell, gpu, planned(args.graph, m, hidden, layers))
+            write(args, table, runs, gpu)
     return 0
 
 
-def write(args, table: list[dict], runs: dict) -> None:
+def device_mb(res: dict, gpu: bool) -> float:
+    """The device's peak: the pools' (cuda), or the heap's in fit (the CPU's)."""
+    return res["peak_device_bytes"][0] / 2**20 if gpu else res["fit_peak_anon_mb"]
+
+
+def growth_mb(res: dict, gpu: bool) -> float | None:
+    return None if gpu else res["fit_peak_anon_mb"] - res["fit_start_anon_mb"]
+
+
+def rows(model: str, layers: int, cell: dict, gpu: bool, plan) -> list[dict]:
+    held = cell["held"]
+    epoch_held = float(np.median([r["epoch_time_s"] for r in held]))
+    out = []
+    for v, rs in cell.items():
+        same = cell["recompute"] if "recompute" in v else held
+        agree = (lambda a, b: np.allclose(a, b, rtol=1e-4)) if gpu else np.array_equal
+        moved = rs[-1]["offloaded_bytes"][0]
+        grow = None if gpu else max(growth_mb(r, gpu) for r in rs)
+        epoch = float(np.median([r["epoch_time_s"] for r in rs]))
+        out.append({
+            "model": model,
+            "layers": layers,
+            "variant": v,
+            "device_peak_mb": max(device_mb(r, gpu) for r in rs),
+            "growth_mb": grow,
+            "vs_held": (grow / max(growth_mb(r, gpu) for r in held)) if not gpu else
+            max(device_mb(r, gpu) for r in rs) / max(device_mb(r, gpu) for r in held),
+            "planned_mb": plan(VARIANTS[v]) / 2**20,
+            "host_peak_mb": None if gpu else max(r["fit_peak_shmem_mb"] for r in rs),
+            "offloaded_mb": None if moved is None else moved / 2**20,
+            "epoch_ms": epoch * 1e3,
+            "epoch_vs_held": epoch / epoch_held,
+            "same_losses": all(agree(r["losses"], same[0]["losses"]) for r in rs),
+        })  # fmt: skip
+    return out
+
+
+def write(args, table: list[dict], runs: dict, gpu: bool) -> None:
+    out_dir, extra = RESULTS, {}
+    if gpu:
+        from gpu.common_gpu import GPU_RESULTS, device
+
+        out_dir, extra = GPU_RESULTS, {"device": device()["device"]}
     write_results(
-        "offload",
+        "offload_gpu" if gpu else "offload",
         {"args": vars(args), "runs": runs},
         table,
         [
             "model",
+            "layers",
             "variant",
             "device_peak_mb",
             "growth_mb",
-            "growth_vs_held",
+            "vs_held",
             "planned_mb",
             "host_peak_mb",
             "offloaded_mb",
@@ -177,37 +210,59 @@ def write(args, table: list[dict], runs: dict) -> None:
             "same_losses",
         ],  # fmt: skip
         notes=(
-            f"`{args.graph}`, one rank, float32, {args.layers} layers, hidden {args.hidden} "
-            "(GAT: 8 heads x 8), "
+            f"`{args.graph}`, one rank, float32, hidden {args.hidden} (GAT: 8 heads x 8), "
             f"{args.epochs} epochs a run, {args.repeat} runs of each variant in turn. "
-            "`device_peak_mb`: the simulated device's peak in fit (RssAnon); `growth_mb`: "
-            "that peak over what the process held as fit began, the activations' share; "
-            "`planned_mb`: the plan's device activations (and attention) for the job; "
-            "`host_peak_mb`: the host copies' peak (RssShmem); `offloaded_mb`: what a step "
-            "moved (mgg's `offloaded_bytes`); `same_losses`: bit for bit those of the run "
-            "without --offload (held, or recompute). On the CPU the copies are host to "
-            "host: the epoch column is the mechanism's cost with no link to hide."
-        ),
+            + (
+                "`device_peak_mb`: the run's peak of the device's pools (torch, CuPy); "
+                "`vs_held`: over the held run's. "
+                if gpu
+                else "`device_peak_mb`: the simulated device's peak in fit (RssAnon); "
+                "`growth_mb`: that peak over what the process held as fit began, the "
+                "activations' share; `vs_held`: growth over the held run's; "
+                "`host_peak_mb`: the host copies' peak (RssShmem). "
+            )
+            + "`planned_mb`: the plan's device activations (and attention) for the job; "
+            "`offloaded_mb`: what a step moved (mgg's `offloaded_bytes`); `same_losses`: "
+            "those of the run without --offload (held, or recompute)"
+            + (
+                ", to 1e-4."
+                if gpu
+                else ", bit for bit. On the CPU the copies are host to "
+                "host: the epoch column is the mechanism's cost with no link to hide."
+            )
+        ),  # fmt: skip
+        extra_meta=extra,
+        out_dir=out_dir,
     )
-    growth = {r["variant"]: [] for r in table}
-    planned_mb = {r["variant"]: [] for r in table}
-    for r in table:
-        growth[r["variant"]].append(r["growth_mb"])
-        planned_mb[r["variant"]].append(r["planned_mb"])
-    models = sorted({r["model"] for r in table}, key=[r["model"] for r in table].index)
+    pairs = [(r, s) for r in table if r["variant"] == "held"
+             for s in table if s["variant"] == "offload" and s["model"] == r["model"]
+             and s["layers"] == r["layers"]]  # fmt: skip
+    key = "device_peak_mb" if gpu else "growth_mb"
     paired_bars(
-        RESULTS / "offload.png",
-        models,
+        out_dir / f"{'offload_gpu' if gpu else 'offload'}.png",
+        [f"{r['model']} x{r['layers']}" for r, _ in pairs],
         [
-            ("device growth in fit (MB)", {s: growth[s] for s in ("held", "offload")}),
             (
-                "with --recompute (MB)",
-                {"held": growth["recompute"], "offload": growth["recompute+offload"]},
+                ("device peak" if gpu else "device growth in fit") + " (MB)",
+                {"held": [r[key] for r, _ in pairs], "offload": [s[key] for _, s in pairs]},
             ),
-            ("planned device activations (MB)", {s: planned_mb[s] for s in ("held", "offload")}),
+            (
+                "planned device activations (MB)",
+                {
+                    "held": [r["planned_mb"] for r, _ in pairs],
+                    "offload": [s["planned_mb"] for _, s in pairs],
+                },
+            ),
+            (
+                "epoch (ms)",
+                {
+                    "held": [r["epoch_ms"] for r, _ in pairs],
+                    "offload": [s["epoch_ms"] for _, s in pairs],
+                },
+            ),
         ],  # fmt: skip
         {"held": "activations on the device", "offload": "--offload"},
-        f"activations kept in host memory: {args.graph}, one rank (CPU, simulated device)",
+        f"activations kept in host memory: {args.graph}, one rank ({args.backend})",
     )
 
 

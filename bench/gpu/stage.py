@@ -223,6 +223,30 @@ def stages(quick: bool = False) -> dict[str, Stage]:
                 )  # fmt: skip
             ],
         ),
+        "offload": Stage(
+            "offload",
+            "activations kept in pinned host memory (--offload, issue 59, stage 3): GCN "
+            "and GAT at 2 and 4 layers, held vs offloaded, with and without --recompute: "
+            "the pools' peak, the epoch, the plan's activations",
+            [
+                Step(
+                    "offload",
+                    [
+                        *bench,
+                        "bench/offload.py",
+                        "--backend",
+                        "cuda",
+                        "--models",
+                        "gcn,gat",
+                        "--graph",
+                        "products:scale=0.02" if quick else "products:scale=0.25",
+                        "--repeat",
+                        "1",
+                    ],
+                    430,
+                )  # fmt: skip
+            ],
+        ),
         "fullsize": Stage(
             "fullsize",
             "a stand-in at full size (issue 59, stage 1; --args picks the graph and the PEs): "
