@@ -7,7 +7,8 @@ GATConv on mgg's kernels; GATv2Conv, GCN2Conv, APPNP, GINEConv, EdgeConv on
 MessagePassing; BatchNorm/MLP whose statistics span every rank), ``Rows`` (a rank's
 rows that reduce over every rank: global losses and metrics, gradients averaged at the
 end of each backward) and ``DistributedModel``, ``sync_gradients`` for any torch.optim
-optimizer, and the registered models.
+optimizer, ``offloaded`` (what autograd saves kept in host memory until the backward
+pass: any model's forward; mgg's set ``offload``), and the registered models.
 """
 
 from .layers import (
@@ -26,6 +27,7 @@ from .layers import (
 )
 from .message import MessagePassing, scatter, softmax
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
+from .offload import Offloaded, offloaded
 from .ops import (
     ChunkedRows,
     HostRows,
@@ -66,6 +68,8 @@ __all__ = [
     "SparseRows",
     "ChunkedRows",
     "HostRows",
+    "Offloaded",
+    "offloaded",
     "InputRows",
     "GCNConv",
     "SAGEConv",
