@@ -166,6 +166,21 @@ def test_the_plan_keeps_activations_on_the_host_only_where_streaming_is_not_enou
     assert out["fits"] and rank["device"]["offload"] and "stream_rows" not in rank["device"]
 
 
+def test_mgg_plan_says_where_the_activations_go(capsys):
+    from mgg.cli import main
+
+    args = ["plan", WIDE_SPEC, "--backend", "cuda", "--device-memory", "64G"]
+    assert main(args) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "fits"
+    assert main([*args, "--offload"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "fits, the activations kept in host memory"
+    assert any(line.split()[:1] == ["offloaded"] for line in out)  # the host's part
+    assert main([*args, "--offload", "--json"]) == 0
+    rank = json.loads(capsys.readouterr().out)["per_rank"][0]
+    assert rank["device"]["offload"] and rank["parts"]["offloaded"] > 0
+
+
 # ---- the command -------------------------------------------------------------------------
 TRAIN = ["train", "--dataset", WIDE_SPEC, "--epochs", "3", "--json"]
 
