@@ -242,8 +242,8 @@ INPUT_CHUNKS = 8
 # streaming the features): the saved tensors this large or larger leave the device
 OFFLOAD_MIN_BYTES = 1 << 20
 # [rows, hidden] tensors a GPU then holds at the peak: an op's input, output and gradient,
-# and the saved tensor fetched ahead (bench/offload.py on the CPU's simulated device: 4.0
-# for GCN at 2 and 4 layers, hidden 128; not measured on a GPU yet)
+# and the saved tensor fetched ahead; a model's own (mgg.torch.models.Spec.offload_copies,
+# measured by bench/offload.py on the CPU's simulated device; not on a GPU yet), else this
 OFFLOAD_COPIES = 4
 
 
@@ -283,6 +283,7 @@ def estimate(
     layers: int = 2,
     heads: int = 1,
     copies: int = ACTIVATION_COPIES,
+    offload_copies: int = OFFLOAD_COPIES,
     edge_floats: int = 0,
     params: int | None = None,
     largest_param: int | None = None,
@@ -345,6 +346,7 @@ def estimate(
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
     model = dict(hidden=hidden, layers=layers, heads=heads, copies=copies)
+    model["offload_copies"] = offload_copies
     model.update(edge_floats=edge_floats, params=params, largest_param=largest_param)
     model.update(optimizer=optimizer, aggregates=aggregates, recompute=recompute)
     model["output_rows"] = output_rows
@@ -417,6 +419,7 @@ def _train_parts(
     layers,
     heads,
     copies,
+    offload_copies,
     edge_floats,
     params,
     largest_param,
@@ -435,8 +438,8 @@ def _train_parts(
     rows reads the full graph's windows). ``streamed``: the bytes of the chunks of
     streamed features (then no [rows, F] activation). ``offload``: the saved tensors in
     host memory (part ``offloaded``): the device holds the widest layer's working tensors,
-    OFFLOAD_COPIES of them (recomputing: a layer's copies and two inputs, the one fetched
-    back and the next one's, or what recomputing alone holds where that is less)."""
+    ``offload_copies`` of them (recomputing: a layer's copies and two inputs, the one
+    fetched back and the next one's, or what recomputing alone holds where that is less)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
@@ -455,7 +458,7 @@ def _train_parts(
     kept = rb * rows * hidden_rows  # what offload moves to the host
     if offload:  # recomputing: a layer's copies, its input fetched back and the next's
         widest = max(widths[:-1], default=0)
-        work = min(hidden_rows, (copies + 1) * widest) if recompute else OFFLOAD_COPIES * widest
+        work = min(hidden_rows, (copies + 1) * widest) if recompute else offload_copies * widest
         kept += rb * rows * (held_in - work)
         hidden_rows, held_in = work, 0  # the first op saves the dropped input: the host's
     picked = min(labeled, rows)
@@ -612,6 +615,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
         kw.setdefault("heads", getattr(model, "heads", 1))
         kw.setdefault("edge_floats", getattr(model, "edge_floats", 0))
         kw.setdefault("copies", getattr(model, "copies", ACTIVATION_COPIES))
+        kw.setdefault("offload_copies", getattr(model, "offload_copies", OFFLOAD_COPIES))
         kw.setdefault("aggregates", getattr(model, "aggregates", "narrower"))
         if command == "train" and hasattr(model, "cls"):
             in_dim = d["features"]

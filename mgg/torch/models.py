@@ -217,13 +217,32 @@ class Spec:
     heads: int = 1  # attention heads of the hidden layers (the class's default)
     # what mgg.memory's estimate counts per layer (measured: bench/memory_estimate.py)
     copies: int = 6  # [nodes, hidden] tensors held at the peak: kept, grads, temporaries
+    offload_copies: int = 4  # those a device holds with --offload (bench/offload.py)
     edge_floats: int = 0  # per edge and head (attention)
 
 
 MODELS = {
     "gcn": Spec(GCN, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
-    "sage": Spec(SAGE, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4, copies=9),
-    "gin": Spec(GIN, hidden=64, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4, copies=25),
+    "sage": Spec(
+        SAGE,
+        hidden=16,
+        layers=2,
+        dropout=0.5,
+        lr=0.01,
+        weight_decay=5e-4,
+        copies=9,
+        offload_copies=5,
+    ),
+    "gin": Spec(
+        GIN,
+        hidden=64,
+        layers=2,
+        dropout=0.5,
+        lr=0.01,
+        weight_decay=5e-4,
+        copies=25,
+        offload_copies=6,
+    ),
     "gat": Spec(
         GAT,
         hidden=8,
