@@ -24,15 +24,17 @@ from conftest import gpu, mpirun, run_mgg
 CPU = SimpleNamespace(backend=SimpleNamespace(gpu=False))  # what offloaded reads of a graph
 
 
-def _trained(name, monkeypatch, offload, *, recompute=False, dtype="float32", n=2000):
+def _trained(name, monkeypatch, offload, *, recompute=False, dtype="float32", n=2000, **kw):
+    """3 epochs' losses and weights, and what the last forward offloaded; ``kw``: the
+    Trainer's output_rows, or prepare's stream_rows."""
     monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 1024)
     ds = planted_partition(n, 4, num_features=48, seed=2)
-    dg, data = prepare(ds, None, name, dtype=dtype)
+    dg, data = prepare(ds, None, name, dtype=dtype, stream_rows=kw.pop("stream_rows", None))
     spec = MODELS[name]
     net = build_model(name, data.num_features, data.num_classes, seed=1)
     net.offload, net.recompute = offload, recompute
     t = Trainer(dg, data, net, build_optimizer("adam", net, spec.lr, spec.weight_decay),
-                eval_every=0)  # fmt: skip
+                eval_every=0, **kw)  # fmt: skip
     t.fit(3)
     weights = torch.cat([p.detach().flatten() for p in net.parameters()])
     return np.array([h["loss"] for h in t.history]), weights, net.offloaded
@@ -56,6 +58,14 @@ def test_models_train_bit_for_bit_alike_with_activations_on_the_host(
     losses, weights, none = _trained(name, monkeypatch, False, recompute=recompute, dtype=dtype)
     off, w_off, moved = _trained(name, monkeypatch, True, recompute=recompute, dtype=dtype)
     assert none is None and moved.tensors > 0 and moved.bytes > 0
+    assert np.array_equal(losses, off) and torch.equal(weights, w_off)
+
+
+@pytest.mark.parametrize("kw", [{"output_rows": "labeled"}, {"stream_rows": 300}])
+def test_offload_trains_alike_with_labeled_output_rows_and_streamed_features(monkeypatch, kw):
+    losses, weights, _ = _trained("sage", monkeypatch, False, **dict(kw))
+    off, w_off, moved = _trained("sage", monkeypatch, True, **dict(kw))
+    assert moved.tensors > 0
     assert np.array_equal(losses, off) and torch.equal(weights, w_off)
 
 
