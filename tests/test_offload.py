@@ -222,6 +222,22 @@ def test_offload_refuses_a_captured_step(capsys):
     assert len(err) == 1 and "--cuda-graph: --offload" in err[0]
 
 
+def test_host_memory_running_out_ends_the_job_with_one_line(capsys, monkeypatch):
+    import mmap
+
+    from mgg.cli import main
+
+    def full(*args, **kwargs):
+        raise OSError(12, "Cannot allocate memory")
+
+    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 4096)
+    monkeypatch.setattr(mmap, "mmap", full)
+    assert main([*TRAIN, "--offload"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--offload: host memory ran out for a saved tensor of" in err[0]
+    assert "Cannot allocate memory" in err[0]
+
+
 TWO = "planted:nodes=6000,classes=4,features=64"
 JOB = f"""
 import sys

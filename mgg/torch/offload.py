@@ -26,6 +26,8 @@ import weakref
 import torch
 
 from .. import memory
+from ..errors import ResourceError
+from ..memory import format_bytes
 from .ops import _copy_thread, _side_stream
 
 
@@ -56,7 +58,10 @@ class _Mover:
             host = _host_block(t.shape, t.dtype)
             return host, _copy_thread().submit(_copy, host, t)  # the thread holds t
         self.settle()
-        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        try:
+            host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        except RuntimeError as e:
+            raise _no_host(t.numel() * t.element_size(), e) from None
         self.side.wait_stream(self.main)
         with torch.cuda.stream(self.side):
             host.copy_(t, non_blocking=True)
@@ -108,8 +113,18 @@ def _host_block(shape, dtype: torch.dtype) -> torch.Tensor:
     """The simulated host memory of the CPU backend: a shared anonymous mapping, which
     Linux counts apart (RssShmem) from the simulated device's heap (RssAnon)."""
     numel = math.prod(shape)
-    block = mmap.mmap(-1, max(numel * dtype.itemsize, 1))  # the tensor keeps it mapped
+    try:
+        block = mmap.mmap(-1, max(numel * dtype.itemsize, 1))  # the tensor keeps it mapped
+    except OSError as e:
+        raise _no_host(numel * dtype.itemsize, e) from None
     return torch.frombuffer(block, dtype=dtype, count=numel).view(shape)
+
+
+def _no_host(nbytes: int, error) -> ResourceError:
+    return ResourceError(
+        f"--offload: host memory ran out for a saved tensor of {format_bytes(nbytes)} "
+        f"({str(error).splitlines()[0]}): give the job more host memory, or more ranks (--np)"
+    )
 
 
 class _Saved:
