@@ -153,28 +153,28 @@ def device_mb(res: dict, gpu: bool) -> float:
     return res["peak_device_bytes"][0] / 2**20 if gpu else res["fit_peak_anon_mb"]
 
 
-def growth_mb(res: dict, gpu: bool) -> float | None:
-    return None if gpu else res["fit_peak_anon_mb"] - res["fit_start_anon_mb"]
+def compared_mb(res: dict, gpu: bool) -> float:
+    """What vs_held compares: the pools' peak (cuda), or the heap's growth in fit."""
+    return device_mb(res, gpu) - (0.0 if gpu else res["fit_start_anon_mb"])
 
 
 def rows(model: str, layers: int, cell: dict, gpu: bool, plan) -> list[dict]:
     held = cell["held"]
     epoch_held = float(np.median([r["epoch_time_s"] for r in held]))
+    agree = (lambda a, b: np.allclose(a, b, rtol=1e-4)) if gpu else np.array_equal
     out = []
     for v, rs in cell.items():
         same = cell["recompute"] if "recompute" in v else held
-        agree = (lambda a, b: np.allclose(a, b, rtol=1e-4)) if gpu else np.array_equal
         moved = rs[-1]["offloaded_bytes"][0]
-        grow = None if gpu else max(growth_mb(r, gpu) for r in rs)
+        compared = max(compared_mb(r, gpu) for r in rs)
         epoch = float(np.median([r["epoch_time_s"] for r in rs]))
         out.append({
             "model": model,
             "layers": layers,
             "variant": v,
             "device_peak_mb": max(device_mb(r, gpu) for r in rs),
-            "growth_mb": grow,
-            "vs_held": (grow / max(growth_mb(r, gpu) for r in held)) if not gpu else
-            max(device_mb(r, gpu) for r in rs) / max(device_mb(r, gpu) for r in held),
+            "growth_mb": None if gpu else compared,
+            "vs_held": compared / max(compared_mb(r, gpu) for r in held),
             "planned_mb": plan(VARIANTS[v]) / 2**20,
             "host_peak_mb": None if gpu else max(r["fit_peak_shmem_mb"] for r in rs),
             "offloaded_mb": None if moved is None else moved / 2**20,

@@ -96,6 +96,23 @@ def rng():
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def mpi_runs(nprocs: int, args: list, variants: list, setup: str = "", timeout: float = 180):
+    """`mgg ARGS VARIANT` (ARGS with --json) for each variant in turn, in one mggrun job of
+    ``nprocs`` ranks (one start-up), after the Python lines ``setup``; rank 0's JSON of
+    each run, in order (the job must succeed)."""
+    import json
+
+    job = (
+        f"import sys\nfrom mgg.cli import main\n{setup}\n"
+        f"for extra in {[list(map(str, v)) for v in variants]!r}:\n"
+        f"    assert main([*{list(map(str, args))!r}, *extra]) == 0\n"
+        "    sys.stdout.flush()\n"
+    )
+    out = mpirun(nprocs, "python", "-c", job, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+
+
 def mpirun(nprocs: int, *args, timeout: float = 180, env=None):
     """Run ``mggrun -np nprocs ARGS`` for real; returns the CompletedProcess."""
     import subprocess

@@ -19,7 +19,7 @@ from mgg.torch.offload import offloaded
 from mgg.torch.ops import _copy_thread
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import gpu, mpirun, run_mgg
+from conftest import gpu, mpi_runs, run_mgg
 
 CPU = SimpleNamespace(backend=SimpleNamespace(gpu=False))  # what offloaded reads of a graph
 
@@ -239,24 +239,13 @@ def test_host_memory_running_out_ends_the_job_with_one_line(capsys, monkeypatch)
 
 
 TWO = "planted:nodes=6000,classes=4,features=64"
-JOB = f"""
-import sys
-import mgg.memory
-from mgg.cli import main
-
-mgg.memory.OFFLOAD_MIN_BYTES = 4096
-args = {TRAIN!r} + ["--dataset", "{TWO}", "--model", "sage"]
-for extra in ([], ["--offload"]):  # one job, both runs: one start-up
-    assert main([*args, *extra]) == 0
-    sys.stdout.flush()
-"""
 
 
 @pytest.mark.mpi
 def test_ranks_offload_their_own_activations_and_train_as_one_process():
-    out = mpirun(2, "python", "-c", JOB)
-    assert out.returncode == 0, out.stderr[-2000:]
-    runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    args = [*TRAIN, "--dataset", TWO, "--model", "sage"]
+    setup = "import mgg.memory; mgg.memory.OFFLOAD_MIN_BYTES = 4096"
+    runs = mpi_runs(2, args, [[], ["--offload"]], setup)
     assert len(runs) == 2 and runs[0]["np"] == 2
     assert runs[1]["offload"] and all(b > 0 for b in runs[1]["offloaded_bytes"])
     assert np.array_equal(runs[0]["losses"], runs[1]["losses"])

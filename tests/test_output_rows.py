@@ -3,7 +3,6 @@ to some rows aggregates exactly their in-edges, training on it is the full run (
 and the metrics read only those rows), across ranks too, with fewer halo rows."""
 
 import dataclasses
-import json
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from mgg.partition import build_plan
 from mgg.torch import MODELS, build_model
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import gpu, mpirun, random_graph
+from conftest import gpu, mpi_runs, mpirun, random_graph
 
 
 def _kept(rng, n, share=0.2):
@@ -146,26 +145,16 @@ def test_the_plan_counts_the_output_rows_it_computes():
     assert "--output-rows labeled" not in gin["fixes"]
 
 
-JOB = """
-import sys
-from mgg.cli import main
-
-args = ["train", "--dataset", "papers100m:scale=0.0002", "--model", "sage", "--epochs", "3",
-        "--eval-every", "3", "--json"]
-labeled = ["--output-rows", "labeled"]
-for extra in ([], labeled, [*labeled, "--window", "msg"]):  # one job: one start-up
-    assert main([*args, *extra]) == 0
-    sys.stdout.flush()
-"""
-
-
 @pytest.mark.mpi
 def test_ranks_compute_their_labeled_rows_alone_with_fewer_halo_rows():
-    out = mpirun(2, "python", "-c", JOB)
-    assert out.returncode == 0, out.stderr[-2000:]
-    full, *cuts = (json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{"))
+    args = ["train", "--dataset", "papers100m:scale=0.0002", "--model", "sage", "--epochs", "3",
+            "--eval-every", "3", "--json"]  # fmt: skip
+    labeled = ["--output-rows", "labeled"]
+    # the shm window (peers read in place), and msg (owners send)
+    runs = mpi_runs(2, args, [[], labeled, [*labeled, "--window", "msg"]])
+    full, *cuts = runs
     assert full["np"] == 2 and len(cuts) == 2
-    for cut in cuts:  # the shm window (peers read in place), and msg (owners send)
+    for cut in cuts:
         assert cut["output_rows"] == "labeled"
         assert np.allclose(cut["losses"], full["losses"], rtol=1e-6)
         assert cut["test_acc"] == pytest.approx(full["test_acc"], abs=1e-9)

@@ -1,8 +1,6 @@
 """--recompute: layers keep only their inputs and run again in the backward pass; the
 same dropout masks, batch statistics and gradients, so training is bit for bit the same."""
 
-import json
-
 import pytest
 import torch
 
@@ -11,7 +9,7 @@ from mgg.graph.specs import resolve
 from mgg.torch import MODELS, build_model
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import mpirun
+from conftest import mpi_runs
 
 
 def _train(ds, name: str, recompute: bool, layers: int = 2, running: bool = False):
@@ -49,21 +47,10 @@ def test_recomputed_layers_restore_running_statistics():
         assert torch.equal(a, b)
 
 
-JOB = """
-import sys
-from mgg.cli import main
-
-args = ["train", "--dataset", "planted:nodes=500,classes=3", "--model", "gat", "--epochs", "3"]
-for extra in ([], ["--recompute"]):  # one job, both runs: one start-up
-    assert main([*args, *extra, "--json"]) == 0
-    sys.stdout.flush()
-"""
-
-
 @pytest.mark.mpi
 def test_recompute_across_ranks_gives_the_same_losses():
-    out = mpirun(2, "python", "-c", JOB)
-    assert out.returncode == 0, out.stderr[-2000:]
-    runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    args = ["train", "--dataset", "planted:nodes=500,classes=3", "--model", "gat", "--epochs",
+            "3", "--json"]  # fmt: skip
+    runs = mpi_runs(2, args, [[], ["--recompute"]])
     assert len(runs) == 2 and runs[0]["np"] == 2
     assert runs[0]["losses"] == runs[1]["losses"]

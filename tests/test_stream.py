@@ -16,7 +16,7 @@ from mgg.memory import estimate, facts, job_estimate, plan
 from mgg.torch import MODELS, HostRows, build_model, dropout, linear
 from mgg.train import Trainer, build_optimizer, prepare
 
-from conftest import gpu, mpirun, random_graph
+from conftest import gpu, mpi_runs, random_graph
 
 N, F = 600, 40
 CHUNKS = [1, 7, 256, N, N + 5]  # one row; uneven; even-ish; whole; beyond the rows
@@ -203,23 +203,13 @@ def _held_total(spec, ranks=1, model="gcn"):
 
 
 TWO = "planted:nodes=6000,classes=4,features=1500"  # 3,000 rows a rank
-JOB = f"""
-import sys
-from mgg.cli import main
-
-args = {TRAIN!r} + ["--dataset", "{TWO}", "--model", "sage", "--dropout", "0.5"]
-for extra in ([], ["--device-memory", "{{budget}}"]):  # one job, both runs: one start-up
-    assert main([*args, *extra]) == 0
-    sys.stdout.flush()
-"""
 
 
 @pytest.mark.mpi
 def test_ranks_stream_their_own_rows_with_the_masks_of_one_process():
     budget = _held_total(TWO, 2, "sage") - 4 * 2**20
-    out = mpirun(2, "python", "-c", JOB.format(budget=budget))
-    assert out.returncode == 0, out.stderr[-2000:]
-    runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
+    args = [*TRAIN, "--dataset", TWO, "--model", "sage", "--dropout", "0.5"]
+    runs = mpi_runs(2, args, [[], ["--device-memory", budget]])
     assert len(runs) == 2 and runs[0]["np"] == 2
     assert runs[0]["stream_rows"] is None and runs[1]["stream_rows"] < 3000
     assert np.allclose(runs[0]["losses"], runs[1]["losses"], rtol=2e-6)

@@ -22,6 +22,7 @@ import contextlib
 import math
 import mmap
 import weakref
+from dataclasses import dataclass
 
 import torch
 
@@ -31,15 +32,12 @@ from ..memory import format_bytes
 from .ops import _copy_thread, _side_stream
 
 
+@dataclass
 class Offloaded:
     """What one forward pass moved to the host: ``tensors`` and ``bytes`` (each once)."""
 
-    def __init__(self):
-        self.tensors = 0
-        self.bytes = 0
-
-    def __repr__(self):
-        return f"Offloaded(tensors={self.tensors}, bytes={self.bytes})"
+    tensors: int = 0
+    bytes: int = 0
 
 
 class _Mover:
