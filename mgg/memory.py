@@ -245,6 +245,15 @@ OFFLOAD_MIN_BYTES = 1 << 20
 # and the saved tensor fetched ahead; a model's own (mgg.torch.models.Spec.offload_copies,
 # measured by bench/offload.py on the CPU's simulated device; not on a GPU yet), else this
 OFFLOAD_COPIES = 4
+# bfloat16 rows on a GPU: the float32 sums one launch of the CUDA kernel rounds (mgg.kernels.
+# cuda.DevicePlan: a launch per range of destination rows) take at most this many bytes
+SUMS_MAX_BYTES = 1 << 30
+
+
+def sums_rows(dim: int) -> int:
+    """The destination rows one bf16 launch of width ``dim`` sums: its float32 sums within
+    SUMS_MAX_BYTES."""
+    return max(1, SUMS_MAX_BYTES // (4 * max(int(dim), 1)))
 
 
 def multiplies_first(out: int, width: int) -> bool | None:
@@ -493,16 +502,19 @@ def _device(
     run), and its designs' input buffers of its own rows (mgg.designs.cuda: per width and
     direction, two in turn with peers; one PE alone reads a layer's rows in place, and
     check's from one buffer) with, for bfloat16 rows, the float32 sums the device's
-    designs share (one per width, at most)."""
+    designs share (one per width, at most, of one launch's rows: sums_rows)."""
     part = {"baseline": DEVICE_BASELINE, "dataset": node_rows, "plan": plan}
-    sums = 4 if rb == 2 else 0
+
+    def sums(widths):
+        return sum(4 * min(rows, sums_rows(w)) * w for w in widths) if rb == 2 else 0
+
     if command == "train":
         widths = _train_parts(part, rows, entries, f, feature_nnz, c, rb, **model)
         turns = 2 * directions if ranks > 1 else 0
-        part["windows"] = (turns * rb + sums) * sum(widths) * rows
+        part["windows"] = turns * rb * sum(widths) * rows + sums(widths)
     else:  # check: x, out, and the windows of width D with their float32 sums
         part["activations"] = 3 * rb * dim * rows
-        part["windows"] = ((2 if ranks > 1 else 1) * rb + sums) * dim * rows
+        part["windows"] = (2 if ranks > 1 else 1) * rb * dim * rows + sums([dim])
     part["total"] = sum(v for k, v in part.items() if k != "offloaded")  # that: the host's
     return part
 

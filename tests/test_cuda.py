@@ -23,6 +23,7 @@ from mgg.kernels.cuda import (
     width_class,
 )
 from mgg.partition import build_plan
+from mgg.precision import BF16
 from mgg.tuner import known_gpu
 
 from conftest import ROOT, assert_agg_close, gpu, random_graph, virtual_design
@@ -255,7 +256,7 @@ def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     for weighted in (False, True):
         opts = [*compile_options(weighted, "p2p"), "--gpu-architecture=compute_90"]
         params = ptx_params(nvrtc_ptx(lib, SOURCE.read_text(), opts), "mgg_aggregate")
-        assert len(params) == 19 and params[-3:] == ["u32"] * 3
+        assert len(params) == 20 and params[-3:] == ["u32"] * 3
     ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
     # each dropout kernel's last parameter is key_at, a pointer (a captured step's key)
     for kernel, count in (("mgg_edge_dropout", 10), ("mgg_dropout_dense", 9)):
@@ -327,6 +328,75 @@ class Launches:
         return Kernel()
 
 
+def _floats(a) -> np.ndarray:
+    """Rows as float32: float32 as they are, uint16 bf16 bits widened exactly."""
+    return (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
+
+
+def _rows_of(flat, dim: int) -> np.ndarray:
+    """A flat or 2-D array's whole rows of width ``dim``, a view [K, dim]."""
+    flat = flat.reshape(-1)
+    return flat[: flat.size // dim * dim].reshape(-1, dim)
+
+
+class Emulated(Launches):
+    """Launches that also run, in numpy, what aggregate.cu says each kernel does, reading
+    the views the launcher passes as a device reads its pointers; peer_ptrs is a list of
+    each PE's rows. mgg_aggregate also checks the exclusivity flags: a partition flagged
+    exclusive has a node no other warp of its launch touches."""
+
+    def get_function(self, name):
+        record, body = super().get_function(name), getattr(self, name)
+
+        class Kernel:
+            def __call__(self, grid, block, args, **kw):
+                record(grid, block, args, **kw)
+                body(*args)
+
+        return Kernel()
+
+    @staticmethod
+    def mgg_init(x, out, count, scale):
+        flat = out.reshape(-1)
+        flat[:count] = 0.0 if scale == 0 else scale * _floats(x).reshape(-1)[:count]
+
+    @staticmethod
+    def mgg_aggregate(x, lp, ln, lx, nl, li, lw, rp, rn, rx, nr, pe, rr, rw, peers, out, row0,
+                      dim, dist, *rest):  # fmt: skip
+        sums, heads = _rows_of(out, dim), int(rest[-1])
+        kinds = [
+            (lp, ln, lx, nl, lw, lambda e: _floats(x[li[e]])),
+            (rp, rn, rx, nr, rw, lambda e: _floats(peers[pe[e]][rr[e]])),
+        ]
+        warps = {}
+        for ptr, node, _, count, w, row in kinds:
+            for k in range(int(count)):
+                v = int(node[k] - row0)
+                warps.setdefault(v, set()).add(k // int(dist))
+                for e in range(int(ptr[k]), int(ptr[k + 1])):
+                    scale = 1.0 if not isinstance(w, np.ndarray) else w[e]
+                    sums[v] += np.repeat(np.atleast_1d(scale), dim // heads) * row(e)
+        for _, node, excl, count, _, _ in kinds:
+            for k in range(int(count)):
+                assert not excl[k] or len(warps[int(node[k] - row0)]) == 1, "not exclusive"
+
+    @staticmethod
+    def _degrees(lip, rip, n):
+        return (lip[1 : n + 1] - lip[:n] + rip[1 : n + 1] - rip[:n])[:, None]
+
+    def mgg_finalize_mean(self, out, lip, rip, n, dim):
+        deg = self._degrees(lip, rip, int(n))
+        rows = out[: int(n)]
+        np.divide(rows, deg, out=rows, where=deg > 0)
+
+    def mgg_round(self, acc, out, lip, rip, n, dim, mean):
+        v = _rows_of(acc, int(dim))[: int(n)].copy()
+        if mean:
+            deg = self._degrees(lip, rip, int(n))
+            np.divide(v, deg, out=v, where=deg > 0)
+        out[: int(n)] = v.astype(BF16).view(np.uint16)
+
+
 def fake_cupy(monkeypatch):
     """A numpy-backed stand-in for the bits of cupy the launchers touch."""
     _fake_modules(
@@ -369,7 +439,7 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
     wr = rng.random((plan.num_remote_edges, 4), dtype=np.float32)
     ptx = two_at_a_time(lambda w: nvcc_ptx(tmp_path, SOURCE, compile_options(w, mode)), (0, 1))
     signatures = {w: ptx_params(ptx[w], "mgg_aggregate") for w in (False, True)}
-    assert len(signatures[True]) == (19 if mode == "p2p" else 20)  # heads included
+    assert len(signatures[True]) == (20 if mode == "p2p" else 21)  # heads included
     # D = 20: 5 float4 lanes, 8 a group; with 4 heads a head is 5 columns: scalar lanes
     cases = [  # (op, weights, weighted module, heads, width class)
         ("sum", None, False, 1, (4, 32)),

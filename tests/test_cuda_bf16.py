@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from test_cuda import (
     NVCC,
+    Emulated,
     Launches,
     compiled_classes,
     every_class_source,
@@ -269,12 +270,19 @@ def test_bf16_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
         opts = [*compile_options(weighted, "p2p", bf16=True), "--gpu-architecture=compute_90"]
         ptx = nvrtc_ptx(lib, SOURCE.read_text(), opts)
         params = ptx_params(ptx, "mgg_aggregate")
-        assert len(params) == 19 and params[-3:] == ["u32"] * 3
+        assert len(params) == 20 and params[-3:] == ["u32"] * 3
         assert ptx_params(ptx, "mgg_round") == ["u64"] * 5 + ["u32"] * 2
         assert "cvt.rn.bf16.f32" in ptx  # one rounding, to nearest even, by the hardware
     ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
     for kernel in ("dropout_dense", "sddmm"):
         assert ptx_params(ptx, f"mgg_{kernel}_bf16") == ptx_params(ptx, f"mgg_{kernel}")
+
+
+def same(a, b) -> bool:
+    """a and b are one array: the same first element and shape (a view of all of b)."""
+    return a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and (
+        a.shape == b.shape
+    )
 
 
 @pytest.mark.compile
@@ -321,9 +329,11 @@ def test_bf16_launcher_arguments_match_the_compiled_kernels(rng, monkeypatch, tm
         calls = dict(rec.calls)
         for name, args in calls.items():
             assert [ptx_type(a) for a in args] == ptx_params(ptx[weighted], name), (op, name)
-        assert calls["mgg_init"][0] is x and calls["mgg_init"][1] is acc
+        assert same(calls["mgg_init"][0], x) and calls["mgg_init"][1] is acc
         assert calls["mgg_aggregate"][0] is x and calls["mgg_aggregate"][15] is acc
-        assert calls["mgg_round"][:2] == (acc, out) and calls["mgg_round"][-1] == mean
+        assert calls["mgg_aggregate"][16] == 0  # one launch: rows from 0
+        assert calls["mgg_round"][0] is acc and same(calls["mgg_round"][1], out)
+        assert calls["mgg_round"][-1] == mean
         assert calls["mgg_init"][3] == (np.float32(1.5) if op == "gin" else 0.0)
     # no interleaving: init with the local launch, the rounding after the remote one
     parts = {}
@@ -350,6 +360,72 @@ def test_bf16_launcher_arguments_match_the_compiled_kernels(rng, monkeypatch, tm
     kc.run(dp, xf, peers, np.zeros_like(xf), "mean", 0.0, f32, 0)
     assert rec.bf16[-1] is False and rec.modules[-1] == (False, mode, (4, 64))
     assert [name for name, _ in rec.calls] == ["mgg_init", "mgg_aggregate", "mgg_finalize_mean"]
+
+
+@pytest.mark.parametrize("rows", [37, 1, None])
+def test_launches_by_destination_rows_give_what_one_launch_gives(rng, monkeypatch, rows):
+    """A DevicePlan cut into launches of at most ``rows`` destination rows (so that bf16's
+    float32 sums hold one launch's rows only: acc of dplan.rows * D) gives every op the
+    oracle's rows, bf16 and float32, and the very bits of one launch; the launches cover
+    the rows once, in order, each with its own partitions, row0 and exclusivity flags
+    (which the emulator checks). aggregate.cu's kernels emulated (test_cuda.Emulated)."""
+    import mgg.kernels.cuda as kc
+    from mgg.kernels import gather_halo
+
+    fake_cupy(monkeypatch)
+    rec = Emulated()
+    monkeypatch.setattr(kc, "load_module", rec.load_module)
+    g = random_graph(rng, 400, 2400, hub_src=True, isolated=5).gcn_norm()
+    plans = build_plan(g, 3, 4)
+    p, d = plans[1], 12
+    x = widen(bf16_bits(rng.standard_normal((g.num_nodes, d)))).astype(np.float32)
+    dp, whole = kc.DevicePlan(p, 2, rows), kc.DevicePlan(p, 2)
+    n = p.num_local_nodes
+    want_rows = n if rows is None else rows
+    assert dp.rows == min(n, want_rows) and len(whole.launches) == 1
+    cuts = [(c.a, c.b) for c in dp.launches]
+    assert cuts == [(a, min(a + want_rows, n)) for a in range(0, n, want_rows)]
+    for c in dp.launches:  # each launch's partitions: those of its rows, all of them
+        assert np.all((p.lnp_node[c.l0 : c.l1] >= c.a) & (p.lnp_node[c.l0 : c.l1] < c.b))
+        assert np.all((p.rnp_node[c.r0 : c.r1] >= c.a) & (p.rnp_node[c.r0 : c.r1] < c.b))
+    assert sum(c.l1 - c.l0 for c in dp.launches) == p.lnp_node.size
+    wl = rng.standard_normal((p.num_local_edges, 3)).astype(np.float32)
+    wr = rng.standard_normal((p.num_remote_edges, 3)).astype(np.float32)
+    xs, halo = x[p.lb : p.ub], gather_halo(p, x)
+    h100 = known_gpu("H100")
+    for dtype in (np.uint16, np.float32):
+        bf16 = dtype == np.uint16
+        rows_of = (lambda a: bf16_bits(a)) if bf16 else (lambda a: a.copy())
+        peers = [rows_of(x[q.lb : q.ub]) for q in plans]
+        cfg = launch_config(4, 2, 4, d, p.lnp_node.size, p.rnp_node.size, h100, "p2p",
+                            np.dtype(dtype).itemsize)  # fmt: skip
+        for op, eps, weights in [("sum", 0, None), ("mean", 0, None), ("gin", 0.5, None),
+                                 ("gcn", 0, None), ("sum", 0, (wl, wr))]:  # fmt: skip
+            got = {}
+            for plan_ in (dp, whole):
+                out = np.zeros((n, d), dtype)
+                acc = np.full(plan_.rows * d + 3, np.nan, np.float32) if bf16 else None
+                rec.calls.clear()
+                kc.run(plan_, peers[1], peers, out, op, eps, cfg, 0, weights=weights, acc=acc)
+                got[plan_ is dp] = widen(out) if bf16 else out.astype(np.float64)
+                aggs = [a for name, a in rec.calls if name == "mgg_aggregate"]
+                assert [int(a[16]) for a in aggs] == [c.a for c in plan_.launches if c.b > c.a]
+            if weights is None:
+                want, mag = bf16_oracle(g, x, op, eps)
+                want, mag = want[p.lb : p.ub], mag[p.lb : p.ub]
+            else:
+                want = weighted_oracle(p, xs, halo, wl, wr)
+                mag = weighted_oracle(p, np.abs(xs), np.abs(halo), np.abs(wl), np.abs(wr))
+            np.testing.assert_array_equal(got[True], got[False])
+            err = 2.0**-8 * np.abs(want) if bf16 else 0
+            np.testing.assert_array_less(np.abs(got[True] - want), err + 1e-5 * (mag + 1))
+    acc, out, xb = np.zeros(dp.rows * d, np.float32), np.zeros((n, d), np.uint16), bf16_bits(xs)
+    cfg = launch_config(4, 2, 4, d, p.lnp_node.size, p.rnp_node.size, h100, "p2p", 2)
+    with pytest.raises(ValueError, match=f"acc \\[>= {dp.rows * d}\\]"):
+        kc.run(dp, xb, peers, out, "sum", 0, cfg, 0, acc=acc[:-1])
+    if len(dp.launches) > 1:
+        with pytest.raises(ValueError, match="in one launch"):
+            kc.run(dp, xb, peers, out, "sum", 0, cfg, 0, parts="local", acc=acc)
 
 
 @pytest.mark.compile
@@ -718,6 +794,43 @@ def test_one_pe_holds_one_design_a_width_and_its_bf16_designs_share_their_sums(r
     assert narrow.acc is wide.acc and wide.acc.size >= 900 * 64
     assert wide._own is None and narrow._own is None  # the rows read in place
     dg.free()
+
+
+@gpu
+@pytest.mark.gpu
+def test_bf16_launches_by_destination_rows_on_the_gpu(rng, monkeypatch):
+    """Float32 sums capped at 100 rows of 64 (memory.SUMS_MAX_BYTES): CudaPipelined cuts
+    its plan into 9 launches, and every op is within one rounding of the oracle; so is
+    aggregate_halo in launches of 37 rows on a rank of 3 with a halo, bf16 and float32."""
+    import cupy
+
+    import mgg.memory
+    from mgg.backend import assign
+    from mgg.designs.cuda import CudaPipelined
+    from mgg.kernels import gather_halo
+    from mgg.kernels.cuda import aggregate_halo
+
+    monkeypatch.setattr(mgg.memory, "SUMS_MAX_BYTES", 4 * 64 * 100)
+    g = random_graph(rng, 900, 10_000, hub_dst=True, isolated=5).gcn_norm()
+    x = rng.standard_normal((900, 64)).astype(np.float32)
+    (p,) = build_plan(g, 1, 8)
+    d = CudaPipelined(p, None, 64, BF16, dist=3, wpb=2)
+    assert len(d.dplan.launches) == 9 and d.dplan.rows == 100
+    assign(d.x, bf16_bits(x))
+    for op in ("sum", "mean", "gcn", "gin"):
+        assert_bf16_close(d(op, 0.3), *bf16_oracle(g, x, op, 0.3))
+    d.free()
+    xb = widen(bf16_bits(x))
+    for p in build_plan(g, 3, 8):
+        halo = gather_halo(p, xb)
+        for op in ("sum", "mean", "gcn", "gin"):
+            want, mag = bf16_oracle(g, x, op, 0.3)
+            got = aggregate_halo(p, xb[p.lb : p.ub].astype(BF16), halo.astype(BF16), op, 0.3,
+                                 dist=2, wpb=4, rows=37)  # fmt: skip
+            assert_bf16_close(got, want[p.lb : p.ub], mag[p.lb : p.ub])
+            got = aggregate_halo(p, xb[p.lb : p.ub], halo, op, 0.3, dist=2, wpb=4, rows=37)
+            np.testing.assert_allclose(cupy.asnumpy(got), want[p.lb : p.ub], rtol=1e-4,
+                                       atol=1e-4 * (mag[p.lb : p.ub] + 1))  # fmt: skip
 
 
 @gpu

@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+import mgg.memory
 from mgg.cli import main
 from mgg.graph.specs import resolve
 from mgg.memory import (
@@ -21,6 +22,7 @@ from mgg.memory import (
     job_estimate,
     peak_rss_mb,
     reset_peak_rss,
+    sums_rows,
 )
 from mgg.torch import MODELS, build_model
 from mgg.train import prepare
@@ -199,10 +201,11 @@ def test_a_phase_has_its_own_peak():
     assert peak_rss_mb() < before - 40, (before, peak_rss_mb())
 
 
-def test_the_device_windows_count_what_the_cuda_designs_hold():
+def test_the_device_windows_count_what_the_cuda_designs_hold(monkeypatch):
     """Per width aggregated (GCN: 32, then the 8 classes), a rank's input rows twice with
     peers (mgg.distgraph: two designs in turn) and none alone (read in place), and for
-    bf16 the float32 sums, once per width at most (mgg.kernels.cuda.shared_sums)."""
+    bf16 the float32 sums, once per width at most (mgg.kernels.cuda.shared_sums), of one
+    launch's rows (mgg.designs.cuda: launches of memory.sums_rows rows)."""
 
     def windows(ranks, dtype):
         return estimate(40_000, 400_000, ranks, features=64, classes=8, hidden=32,
@@ -213,3 +216,8 @@ def test_the_device_windows_count_what_the_cuda_designs_hold():
     assert windows(2, "float32") == windows(4, "float32") == 2 * 4 * rows_widths
     assert windows(1, "bfloat16") == 4 * rows_widths
     assert windows(4, "bfloat16") == (2 * 2 + 4) * rows_widths
+    monkeypatch.setattr(mgg.memory, "SUMS_MAX_BYTES", 4 * 32 * 1000)  # 1,000 rows of 32
+    assert sums_rows(32) == 1000 and sums_rows(8) == 4000
+    assert windows(1, "bfloat16") == 4 * (1000 * 32 + 4000 * 8)
+    assert windows(4, "bfloat16") == 2 * 2 * rows_widths + 4 * (1000 * 32 + 4000 * 8)
+    assert windows(4, "float32") == 2 * 4 * rows_widths

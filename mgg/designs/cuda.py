@@ -1,8 +1,8 @@
 """MGG's pipelined design on GPUs, one PE per process: one kernel per call, warps
 interleave LNPs and RNPs (``dist`` partitions of each kind per warp, ``wpb`` warps per
 block), remote rows read by peer-pointer loads ('p2p') or NVSHMEM device gets ('get').
-Rows are float32 or bfloat16 (uint16 bits on the device, summed in float32, rounded once
-by the kernel's last launch)."""
+Rows are float32 or bfloat16 (uint16 bits on the device, summed in float32, rounded once:
+a launch per range of destination rows, whose sums stay within memory.SUMS_MAX_BYTES)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..kernels.cuda import (
     shared_sums,
 )
 from ..knobs import DEFAULTS, check_value
+from ..memory import sums_rows
 from ..precision import is_bf16
 from .base import Design
 
@@ -59,9 +60,6 @@ class CudaPipelined(Design):
         super().__init__(plan, comm, dim, dtype)
         import cupy
 
-        n = plan.num_local_nodes
-        # bf16: the float32 sums the kernel rounds into out, the device's (shared_sums)
-        self.acc = shared_sums(self.dev_id, n * self.dim) if is_bf16(self.dtype) else None
         self._alone = not nvshmem
         self._share, self._own, self._held = share, None, held
         if not nvshmem:
@@ -94,7 +92,10 @@ class CudaPipelined(Design):
         self.mode = mode
         self.remote_path = {"mode": mode, "why": why}
         self.dist, self.wpb = int(dist), int(wpb)
-        self.dplan = DevicePlan(plan, self.dist)
+        bf16 = is_bf16(self.dtype)  # a launch per sums_rows rows, so that its sums stay small
+        self.dplan = DevicePlan(plan, self.dist, sums_rows(self.dim) if bf16 else None)
+        # bf16: the float32 sums the kernel rounds into out, the device's (shared_sums)
+        self.acc = shared_sums(self.dev_id, self.dplan.rows * self.dim) if bf16 else None
         self.cfg = launch_config(
             plan.ps,
             self.dist,

@@ -179,14 +179,46 @@ def exclusive_flags(part_node: np.ndarray, other_node: np.ndarray, n: int, dist:
     return excl[part_node].astype(np.uint8)
 
 
-class DevicePlan:
-    """A PartitionPlan's arrays on the GPU, with the exclusivity flags for one dist."""
+@dataclass(frozen=True)
+class Launch:
+    """One launch's share of a plan: destination rows [a, b), and the neighbor partitions
+    of those rows, LNPs [l0, l1) and RNPs [r0, r1) (the lists are sorted by node)."""
 
-    def __init__(self, plan: PartitionPlan, dist: int):
+    a: int
+    b: int
+    l0: int
+    l1: int
+    r0: int
+    r1: int
+
+
+def launches(plan: PartitionPlan, rows: int | None = None) -> list[Launch]:
+    """The plan's destination rows cut into launches of at most ``rows`` rows each (None:
+    one launch of every row): what bf16's float32 sums of one launch hold."""
+    n = plan.num_local_nodes
+    step = max(int(rows), 1) if rows else max(n, 1)
+    cuts = np.append(np.arange(0, n, step), n) if n else np.array([0, 0])
+    ls = np.searchsorted(plan.lnp_node, cuts)
+    rs = np.searchsorted(plan.rnp_node, cuts)
+    return [
+        Launch(*(int(v) for v in (cuts[i], cuts[i + 1], ls[i], ls[i + 1], rs[i], rs[i + 1])))
+        for i in range(cuts.size - 1)
+    ]
+
+
+class DevicePlan:
+    """A PartitionPlan's arrays on the GPU, cut into ``launches`` of at most ``rows``
+    destination rows each (None: one), with each launch's exclusivity flags for one dist
+    (warp w of a launch takes its partitions w*dist.. of both kinds) and, made once,
+    ``views``: its LNP, RNP and in-degree arrays (ptr, node, excl; ptr, node, excl;
+    local_indptr, remote_indptr), from its first partition and row."""
+
+    def __init__(self, plan: PartitionPlan, dist: int, rows: int | None = None):
         import cupy
 
         self.plan, self.dist = plan, dist
-        n = plan.num_local_nodes
+        self.launches = launches(plan, rows)
+        self.rows = max(x.b - x.a for x in self.launches)  # the most one launch sums
         up = cupy.asarray
         self.lnp_ptr, self.lnp_node = up(plan.lnp_ptr), up(plan.lnp_node)
         self.rnp_ptr, self.rnp_node = up(plan.rnp_ptr), up(plan.rnp_node)
@@ -196,8 +228,22 @@ class DevicePlan:
         self.local_w = up(plan.local_weights) if plan.has_weights else None
         self.remote_w = up(plan.remote_weights) if plan.has_weights else None
         self.local_indptr, self.remote_indptr = up(plan.local_indptr), up(plan.remote_indptr)
-        self.lnp_excl = up(exclusive_flags(plan.lnp_node, plan.rnp_node, n, dist))
-        self.rnp_excl = up(exclusive_flags(plan.rnp_node, plan.lnp_node, n, dist))
+        lnp_excl = np.zeros(plan.lnp_node.size, np.uint8)
+        rnp_excl = np.zeros(plan.rnp_node.size, np.uint8)
+        for x in self.launches:
+            ln, rn = plan.lnp_node[x.l0 : x.l1] - x.a, plan.rnp_node[x.r0 : x.r1] - x.a
+            lnp_excl[x.l0 : x.l1] = exclusive_flags(ln, rn, x.b - x.a, dist)
+            rnp_excl[x.r0 : x.r1] = exclusive_flags(rn, ln, x.b - x.a, dist)
+        self.lnp_excl, self.rnp_excl = up(lnp_excl), up(rnp_excl)
+        lnp = (self.lnp_ptr, self.lnp_node, self.lnp_excl)
+        rnp = (self.rnp_ptr, self.rnp_node, self.rnp_excl)
+        degrees = (self.local_indptr, self.remote_indptr)
+        one = len(self.launches) == 1  # then the arrays themselves
+
+        def cut(arrays, start):
+            return arrays if one else tuple(a[start:] for a in arrays)
+
+        self.views = [(cut(lnp, x.l0), cut(rnp, x.r0), cut(degrees, x.a)) for x in self.launches]
 
 
 def run(
@@ -215,18 +261,19 @@ def run(
     acc=None,
 ) -> None:
     """Launch init, the MGG kernel and (for mean) finalize on this PE's rows; for bf16
-    rows, mgg_round last instead (the one rounding, mean's division before it).
+    rows, mgg_round last instead (the one rounding, mean's division before it). Each of
+    dplan's launches (a range of destination rows) runs the three in turn.
 
     x [>= n, D] float32, or uint16: bfloat16 rows (this PE's rows; in the symmetric heap
       for the get mode)
     peer_ptrs uint64 [P] base address of every PE's rows (p2p mode)
     out [n, D] of x's dtype
-    acc: bfloat16 rows only: float32 [>= n * D], C-contiguous, the caller's (nothing is
-    allocated per launch): the kernel sums into it, mgg_round rounds it once into out
-    (mean: divided by the in-degree first)
+    acc: bfloat16 rows only: float32 [>= dplan.rows * D], C-contiguous, the caller's
+    (nothing is allocated per launch): a launch sums its rows into it, mgg_round rounds
+    them once into out (mean: divided by the in-degree first)
     parts: 'both' interleaves LNPs and RNPs in one launch (MGG); 'local' / 'remote' run
     one kind only (init with 'local', finalize with 'remote'): two launches make the
-    "no interleaving" ablation.
+    "no interleaving" ablation, of a dplan in one launch.
     weights: per-call edge weights, a pair of C-contiguous float32 cupy arrays (local
     [El] or [El, H], remote [Er] or [Er, H]) in the plan's edge order, as
     mgg.kernels.reference.check_edge_weights returns them; op must be 'sum' (a weighted
@@ -234,8 +281,9 @@ def run(
     """
     if parts not in ("both", "local", "remote"):
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
-    p = dplan.plan
-    n, d = p.num_local_nodes, cfg.dim
+    if parts != "both" and len(dplan.launches) > 1:
+        raise ValueError(f"parts={parts!r} runs a plan in one launch, not {len(dplan.launches)}")
+    d = cfg.dim
     bf16 = holds_bf16(out)
     if x.dtype != out.dtype or out.dtype not in (np.float32, np.uint16):
         raise ValueError(
@@ -246,9 +294,10 @@ def run(
         raise ValueError(
             f"the launch config is for {cfg.itemsize}-byte rows, not {out.dtype.itemsize}"
         )
-    if bf16 and (acc is None or acc.dtype != np.float32 or acc.size < n * d):
-        raise ValueError(f"bfloat16 rows sum into a float32 accumulator: pass acc [>= {n * d}]")
-    sums = acc if bf16 else out  # what init and the kernel write
+    if bf16 and (acc is None or acc.dtype != np.float32 or acc.size < dplan.rows * d):
+        raise ValueError(
+            f"bfloat16 rows sum into a float32 accumulator: pass acc [>= {dplan.rows * d}]"
+        )
     if weights is not None:
         if op != "sum":
             raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
@@ -264,59 +313,60 @@ def run(
     weighted = local_w is not None
     mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads, cfg.itemsize), bf16=bf16)
     i64, i32, f32 = np.int64, np.int32, np.float32
+    null = np.uint64(0)  # no weights: a null pointer, nothing allocated per launch
     threads = 256
-    blocks = max(1, min(65535, -(-n * d // threads)))
-    if parts in ("both", "local"):
-        scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
-        mod.get_function("mgg_init")(
-            (blocks,), (threads,), (x, sums, i64(n * d), scale), stream=stream
-        )
-    n_lnp = p.lnp_node.size if parts in ("both", "local") else 0
-    n_rnp = p.rnp_node.size if parts in ("both", "remote") else 0
-    if n_lnp or n_rnp:
-        null = np.uint64(0)  # no weights: a null pointer, nothing allocated per launch
-        args = [
-            x,
-            dplan.lnp_ptr,
-            dplan.lnp_node,
-            dplan.lnp_excl,
-            i64(n_lnp),
-            dplan.local_idx,
-            local_w if weighted else null,
-            dplan.rnp_ptr,
-            dplan.rnp_node,
-            dplan.rnp_excl,
-            i64(n_rnp),
-            dplan.remote_pe,
-            dplan.remote_row,
-            remote_w if weighted else null,
-            peer_ptrs,
-            sums,
-            i32(d),
-            i32(cfg.dist),
-        ]
-        if cfg.mode == "get":
-            args.append(i32(cfg.ps))
-        args.append(i32(heads))  # last in both variants (read by the weighted one)
-        kernel = mod.get_function("mgg_aggregate")
-        if cfg.smem > 48 * 1024:
-            kernel.max_dynamic_shared_memory_size = cfg.smem
-        grid = max(1, -(-max(1, -(-max(n_lnp, n_rnp) // cfg.dist)) // cfg.wpb))
-        kernel((grid,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
-    if bf16 and parts in ("both", "remote"):
-        mod.get_function("mgg_round")(
-            (blocks,),
-            (threads,),
-            (acc, out, dplan.local_indptr, dplan.remote_indptr, i64(n), i32(d), i32(op == "mean")),
-            stream=stream,
-        )
-    elif op == "mean" and parts in ("both", "remote"):
-        mod.get_function("mgg_finalize_mean")(
-            (blocks,),
-            (threads,),
-            (out, dplan.local_indptr, dplan.remote_indptr, i64(n), i32(d)),
-            stream=stream,
-        )
+    one = len(dplan.launches) == 1  # no views made per call
+    for part, (lnp, rnp, degrees) in zip(dplan.launches, dplan.views, strict=True):
+        a, b = part.a, part.b
+        n = b - a
+        rows_x, rows_out = (x, out) if one else (x[a:b], out[a:b])
+        blocks = max(1, min(65535, -(-n * d // threads)))
+        sums = acc if bf16 else rows_out  # what init and the kernel write: rows a..b
+        if parts in ("both", "local"):
+            scale = f32(1.0 + eps) if op == "gin" else f32(0.0)
+            mod.get_function("mgg_init")(
+                (blocks,), (threads,), (rows_x, sums, i64(n * d), scale), stream=stream
+            )
+        n_lnp = part.l1 - part.l0 if parts in ("both", "local") else 0
+        n_rnp = part.r1 - part.r0 if parts in ("both", "remote") else 0
+        if n_lnp or n_rnp:
+            args = [
+                x,
+                *lnp,
+                i64(n_lnp),
+                dplan.local_idx,
+                local_w if weighted else null,
+                *rnp,
+                i64(n_rnp),
+                dplan.remote_pe,
+                dplan.remote_row,
+                remote_w if weighted else null,
+                peer_ptrs,
+                sums,
+                i32(a),
+                i32(d),
+                i32(cfg.dist),
+            ]
+            if cfg.mode == "get":
+                args.append(i32(cfg.ps))
+            args.append(i32(heads))  # last in both variants (read by the weighted one)
+            kernel = mod.get_function("mgg_aggregate")
+            if cfg.smem > 48 * 1024:
+                kernel.max_dynamic_shared_memory_size = cfg.smem
+            grid = max(1, -(-max(1, -(-max(n_lnp, n_rnp) // cfg.dist)) // cfg.wpb))
+            kernel((grid,), (cfg.threads,), tuple(args), shared_mem=cfg.smem, stream=stream)
+        degrees = (*degrees, i64(n), i32(d))
+        if bf16 and parts in ("both", "remote"):
+            mod.get_function("mgg_round")(
+                (blocks,),
+                (threads,),
+                (acc, rows_out, *degrees, i32(op == "mean")),
+                stream=stream,
+            )
+        elif op == "mean" and parts in ("both", "remote"):
+            mod.get_function("mgg_finalize_mean")(
+                (blocks,), (threads,), (rows_out, *degrees), stream=stream
+            )
 
 
 _SUMS: dict[int, list] = {}  # device id -> its float32 sums, the largest last
@@ -354,6 +404,7 @@ def aggregate_halo(
     wpb: int = DEFAULTS.wpb,
     out=None,
     weights=None,
+    rows: int | None = None,
 ):
     """One rank's aggregation on the GPU with the remote rows given by the caller, as the
     CPU kernel takes them: the halo [H, D] becomes a pseudo-peer the kernel reads through
@@ -361,7 +412,8 @@ def aggregate_halo(
     bfloat16 (ml_dtypes' numpy dtype, or uint16 bits): then both bf16, out uint16 bits;
     returns cupy [n, D].
     weights: per-call edge weights (local [El(, H)], remote [Er(, H)]; numpy or cupy) for
-    a weighted sum, as mgg.kernels.aggregate takes them (float32, whatever the rows)."""
+    a weighted sum, as mgg.kernels.aggregate takes them (float32, whatever the rows).
+    rows: launches of at most this many destination rows (DevicePlan; None: one)."""
     import cupy
 
     dev_id, dev = current_device()
@@ -377,7 +429,7 @@ def aggregate_halo(
     if holds_bf16(halo) != bf16:
         raise ValueError(f"x holds {x.dtype} rows but the halo {halo.dtype}: give both in one")
     xd, hd = (cupy.ascontiguousarray(cupy.asarray(bits(a), rows)) for a in (x, halo))
-    dp = DevicePlan(plan, dist)
+    dp = DevicePlan(plan, dist, rows)
     dp.remote_pe = cupy.zeros(plan.num_remote_edges, cupy.int32)
     dp.remote_row = cupy.asarray(plan.remote_slot.astype(np.int32))
     peers = cupy.asarray(np.array([hd.data.ptr], np.uint64))
@@ -385,6 +437,6 @@ def aggregate_halo(
         plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev, itemsize=rows.itemsize
     )
     out = cupy.empty((n, d), rows) if out is None else out
-    acc = cupy.empty(max(n * d, 1), cupy.float32) if bf16 else None
+    acc = cupy.empty(max(dp.rows * d, 1), cupy.float32) if bf16 else None
     run(dp, xd, peers, out, op, eps, cfg, dev_id, weights=weights, acc=acc)
     return out

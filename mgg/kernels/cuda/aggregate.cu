@@ -6,8 +6,10 @@
 //
 // Rows (compile-time MGG_BF16): float32, or bfloat16 (1), read as their 16-bit words and
 // widened exactly to float32; either way sums are float32. A bf16 kernel sums into a
-// float32 accumulator [n, D] (the launcher's ``acc``), which mgg_round then rounds once,
-// to nearest even, into the bf16 output (after the division by the in-degree, for mean).
+// float32 accumulator (the launcher's ``acc``), which mgg_round then rounds once, to
+// nearest even, into the bf16 output (after the division by the in-degree, for mean).
+// A launch may take the partitions of one range of destination rows only, from row0:
+// node v sums into out[v - row0], so the accumulator holds that range's rows alone.
 // NVRTC has no cuda_bf16.h: bf16 is spelled by its bits here, and rounded by the
 // instruction __float2bfloat16_rn compiles to (cvt.rn.bf16.f32, compute capability 8.0).
 //
@@ -520,8 +522,8 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
 // mgg_aggregate's parameters, the same in both modes but for ps (get: before heads).
 // x: this PE's rows [n, dim] (get: in the symmetric heap); peer_ptrs: the base address
 // of each PE's rows (p2p; unused by get, whose peers are reached by gets); out: the
-// float32 sums [n, dim] (bf16 rows: the accumulator mgg_round rounds); heads: edge
-// weights per edge (MGG_WEIGHTED; ignored otherwise).
+// float32 sums of the destination rows row0.. (bf16 rows: the accumulator mgg_round
+// rounds); heads: edge weights per edge (MGG_WEIGHTED; ignored otherwise).
 #define MGG_AGGREGATE_PARAMS                                                                 \
     const row_t *__restrict__ x, const i64 *__restrict__ lnp_ptr,                            \
         const int *__restrict__ lnp_node, const unsigned char *__restrict__ lnp_excl,       \
@@ -530,10 +532,11 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
         const unsigned char *__restrict__ rnp_excl, i64 n_rnp,                              \
         const int *__restrict__ remote_pe, const int *__restrict__ remote_row,             \
         const float *__restrict__ remote_w, const unsigned long long *__restrict__ peer_ptrs, \
-        float *__restrict__ out, int dim, int dist, MGG_PS_PARAM int heads
+        float *__restrict__ out, int row0, int dim, int dist, MGG_PS_PARAM int heads
 #define MGG_AGGREGATE_ARGS                                                                    \
     x, lnp_ptr, lnp_node, lnp_excl, n_lnp, local_idx, local_w, rnp_ptr, rnp_node, rnp_excl,   \
-        n_rnp, remote_pe, remote_row, remote_w, peer_ptrs, out, dim, dist, MGG_PS_ARG heads
+        n_rnp, remote_pe, remote_row, remote_w, peer_ptrs, out, row0, dim, dist,             \
+        MGG_PS_ARG heads
 
 #if !MGG_REMOTE_GET
 
@@ -549,8 +552,8 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             const i64 e0 = lnp_ptr[k];
             const int* idx = local_idx + e0;
             auto row = [&](int t) { return x + (i64)__ldg(idx + t) * dim; };
-            reduce_partition<C, true>(row, local_w, e0, lnp_ptr[k + 1], out, lnp_node[k], dim,
-                                      lnp_excl[k], cols, lane, heads);
+            reduce_partition<C, true>(row, local_w, e0, lnp_ptr[k + 1], out,
+                                      lnp_node[k] - row0, dim, lnp_excl[k], cols, lane, heads);
         }
         if (k < n_rnp) {
             const i64 e0 = rnp_ptr[k];
@@ -559,8 +562,8 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                 const row_t* base = (const row_t*)__ldg(peer_ptrs + __ldg(pe + t));
                 return base + (i64)__ldg(rr + t) * dim;
             };
-            reduce_partition<C, true>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k], dim,
-                                      rnp_excl[k], cols, lane, heads);
+            reduce_partition<C, true>(row, remote_w, e0, rnp_ptr[k + 1], out,
+                                      rnp_node[k] - row0, dim, rnp_excl[k], cols, lane, heads);
         }
     }
 }
@@ -608,8 +611,8 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             for (i64 t = lane; t < e1 - e0; t += 32) ids[t] = local_idx[e0 + t];
             __syncwarp();
             auto row = [&](int t) { return x + (i64)ids[t] * dim; };
-            reduce_partition<C, true>(row, local_w, e0, e1, out, lnp_node[k], dim, lnp_excl[k],
-                                      cols, lane, heads);
+            reduce_partition<C, true>(row, local_w, e0, e1, out, lnp_node[k] - row0, dim,
+                                      lnp_excl[k], cols, lane, heads);
             __syncwarp();
         }
         if (k < k_end) {
@@ -621,8 +624,8 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                                 staging + (i64)((i + 1) & 1) * ps * dim, dim);
             const i64 e0 = rnp_ptr[k];
             auto row = [&](int t) { return (const row_t*)cur + (i64)t * dim; };
-            reduce_partition<C, false>(row, remote_w, e0, rnp_ptr[k + 1], out, rnp_node[k],
-                                       dim, rnp_excl[k], cols, lane, heads);
+            reduce_partition<C, false>(row, remote_w, e0, rnp_ptr[k + 1], out,
+                                       rnp_node[k] - row0, dim, rnp_excl[k], cols, lane, heads);
             __syncwarp();
         }
     }
