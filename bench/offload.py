@@ -4,7 +4,8 @@ with and without --recompute, the bytes moved, the epoch, and the plan's estimat
 
     python bench/offload.py [--graph planted:nodes=200000,classes=16,features=128]
         [--models gcn,sage,gin,gat] [--hidden 128] [--layers 2,4] [--epochs 3] [--repeat 2]
-        [--backend cpu|cuda]
+        [--backend cpu|cuda] [--dtype float32|bfloat16] [--output-rows all|labeled]
+        [--name offload]
 
 On the CPU backend the device is the process's heap and the host copies live in a shared
 anonymous mapping (mgg.torch.offload), which Linux counts apart: RssAnon is what the
@@ -98,8 +99,9 @@ def run(argv: list[str]) -> dict:
     return {**json.loads(lines[-2]), **json.loads(lines[-1])}
 
 
-def planned(graph: str, model: str, hidden: int | None, layers: int):
-    """variant's flags -> the plan's device activations (and attention) of the job."""
+def planned(graph: str, model: str, hidden: int | None, layers: int, **job):
+    """variant's flags -> the plan's device activations (and attention) of the job (``job``:
+    its dtype and output_rows)."""
     from mgg.graph.specs import resolve, spec_facts
     from mgg.memory import job_estimate, job_facts
     from mgg.torch import MODELS
@@ -109,7 +111,7 @@ def planned(graph: str, model: str, hidden: int | None, layers: int):
     def of(extra: list[str]) -> int:
         est = job_estimate(d, 1, "train", model=MODELS[model], rows=d["n"], device=True,
                            hidden=hidden, layers=layers, recompute="--recompute" in extra,
-                           offload="--offload" in extra)  # fmt: skip
+                           offload="--offload" in extra, **job)  # fmt: skip
         return int(est["activations"] + est.get("attention", 0))
 
     return of
@@ -126,7 +128,11 @@ def main():
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--output-rows", default="all", choices=["all", "labeled"])
+    ap.add_argument("--name", default="offload", help="the results' name (GPU: _gpu added)")
     args = ap.parse_args()
+    job = {"dtype": args.dtype, "output_rows": args.output_rows}
     gpu = args.backend == "cuda"
     table, runs = [], {}
     for m in csv_list(args.models, allowed=["gcn", "sage", "gin", "gat"]):
@@ -134,6 +140,7 @@ def main():
         for layers in csv_list(args.layers, cast=int):
             base = ["--dataset", args.graph, "--model", m, "--epochs", args.epochs,
                     "--eval-every", "0", "--layers", layers, "--backend", args.backend,
+                    "--dtype", args.dtype, "--output-rows", args.output_rows,
                     *(["--hidden", hidden] if hidden else [])]  # fmt: skip
             cell = {v: [] for v in VARIANTS}
             for rep in range(args.repeat):
@@ -143,7 +150,7 @@ def main():
                     print(f"{m} x{layers} {v} rep {rep + 1}: device {device_mb(res, gpu):,.0f} "
                           f"MB, epoch {res['epoch_time_s'] * 1e3:.0f} ms", flush=True)  # fmt: skip
             runs[f"{m} x{layers}"] = cell
-            table += rows(m, layers, cell, gpu, planned(args.graph, m, hidden, layers))
+            table += rows(m, layers, cell, gpu, planned(args.graph, m, hidden, layers, **job))
             write(args, table, runs, gpu)
     return 0
 
@@ -191,8 +198,9 @@ def write(args, table: list[dict], runs: dict, gpu: bool) -> None:
         from gpu.common_gpu import GPU_RESULTS, device
 
         out_dir, extra = GPU_RESULTS, {"device": device()["device"]}
+    name = f"{args.name}_gpu" if gpu else args.name
     write_results(
-        "offload_gpu" if gpu else "offload",
+        name,
         {"args": vars(args), "runs": runs},
         table,
         [
@@ -210,7 +218,8 @@ def write(args, table: list[dict], runs: dict, gpu: bool) -> None:
             "same_losses",
         ],  # fmt: skip
         notes=(
-            f"`{args.graph}`, one rank, float32, hidden {args.hidden} (GAT: 8 heads x 8), "
+            f"`{args.graph}`, one rank, {args.dtype}, output rows {args.output_rows}, "
+            f"hidden {args.hidden} (GAT: 8 heads x 8), "
             f"{args.epochs} epochs a run, {args.repeat} runs of each variant in turn. "
             + (
                 "`device_peak_mb`: the run's peak of the device's pools (torch, CuPy); "
@@ -239,7 +248,7 @@ def write(args, table: list[dict], runs: dict, gpu: bool) -> None:
              and s["layers"] == r["layers"]]  # fmt: skip
     key = "device_peak_mb" if gpu else "growth_mb"
     paired_bars(
-        out_dir / f"{'offload_gpu' if gpu else 'offload'}.png",
+        out_dir / f"{name}.png",
         [f"{r['model']} x{r['layers']}" for r, _ in pairs],
         [
             (

@@ -448,7 +448,9 @@ def _train_parts(
     streamed features (then no [rows, F] activation). ``offload``: the saved tensors in
     host memory (part ``offloaded``): the device holds the widest layer's working tensors,
     ``offload_copies`` of them (recomputing: a layer's copies and two inputs, the one
-    fetched back and the next one's, or what recomputing alone holds where that is less)."""
+    fetched back and the next one's, or what recomputing alone holds where that is less),
+    or, while the output layer runs, its tensors and a hidden layer's saved one fetched
+    ahead, whichever is more (measured: bench/offload.py --output-rows labeled)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
@@ -477,6 +479,8 @@ def _train_parts(
     else:
         out = rb * rows * OUTPUT_COPIES * widths[-1]
     act = rb * rows * (held_in + hidden_rows) + out
+    if offload:  # the output layer's tensors and the hidden layers' working ones take turns
+        act = max(rb * rows * hidden_rows, out + rb * rows * max(widths[:-1], default=0))
     act = int(act + 4 * picked * LABELED_COPIES * widths[-1])
     part["activations"] = act
     if edge_floats:  # attention: per edge and head (the last layer has one head)
