@@ -149,6 +149,60 @@ def test_dropout_keeps_the_float32_entries_and_rounds_their_product_once(rng):
     np.testing.assert_array_equal(bits(got), bits(ref.astype(BF16)))
 
 
+ROW_OPS_PEAK = """
+import sys, threading, time
+import torch
+from mgg.torch import ops
+ops.ROW_BLOCK_BYTES = 16 << 20
+t = torch.randn(1 << 20, 128).to(torch.bfloat16)
+inv = torch.rand(1 << 20, 1)
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+def peak(f):
+    top, on = [rss()], [True]
+    def sample():
+        while on[0]:
+            top[0] = max(top[0], rss())
+            time.sleep(0.0002)
+    s = threading.Thread(target=sample)
+    start = rss()
+    s.start()
+    out = f()
+    on[0] = False
+    s.join()
+    return max(top[0], rss()) - start, out
+print(peak(lambda: ops.scaled_rows(t, inv))[0], peak(lambda: ops.row_dot(t, t))[0])
+"""
+
+
+def test_mean_and_gin_gradients_round_once_a_block_of_rows_at_a_time(rng, monkeypatch):
+    """SAGE's mean backward scales bf16 rows by float32 1/deg, GIN's eps gradient sums
+    x * dout in float32: by blocks of rows, the very bits of the whole-tensor float32
+    computation (each product rounded once), and, in a fresh process, with no float32 copy
+    of the rows (1M x 128 bf16 rows, 256 MiB, blocks of 16 MiB: torch's CPU ops would
+    promote the whole operands, 1 GiB)."""
+    import subprocess
+    import sys
+
+    from mgg.torch import ops
+
+    t = torch.from_numpy(rng.standard_normal((1000, 24)).astype(np.float32)).bfloat16()
+    u = torch.from_numpy(rng.standard_normal((1000, 24)).astype(np.float32)).bfloat16()
+    inv = torch.from_numpy(rng.random((1000, 1)).astype(np.float32))
+    whole = (t * inv).to(torch.bfloat16), (t.float() * u.float()).sum().reshape(1)
+    monkeypatch.setattr(ops, "ROW_BLOCK_BYTES", 4 * 24 * 64)  # 64 rows a block
+    assert len(list(ops._row_blocks(t))) == 16
+    got = ops.scaled_rows(t, inv), ops.row_dot(t, u)
+    assert got[0].dtype == torch.bfloat16 and torch.equal(got[0], whole[0])
+    assert got[1].dtype == torch.float32 and torch.allclose(got[1], whole[1], rtol=1e-6)
+    r = subprocess.run([sys.executable, "-c", ROW_OPS_PEAK], capture_output=True, text=True,
+                       timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    scaled, dot = map(int, r.stdout.split())
+    rows = (1 << 20) * 128 * 2
+    assert scaled < rows + (80 << 20) and dot < 80 << 20, (scaled, dot)
+
+
 def test_sddmm_of_bf16_rows_is_a_float32_dot_of_the_rounded_rows(rng):
     g = random_graph(rng, 30, 200)
     a, b = (rng.standard_normal((30, 8)).astype(BF16) for _ in range(2))

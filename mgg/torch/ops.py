@@ -443,12 +443,11 @@ class _Aggregate(Op):
         dx = dwl = dwr = deps = None
         acc = accumulator(g.dtype)
         if ctx.needs_input_grad[3]:  # gin: out = (1 + eps) x + sum_u x_u
-            wide = torch_dtype(acc)
-            deps = (x.to(wide) * dout.to(wide)).sum().reshape(1)
+            deps = row_dot(x, dout)
         if ctx.needs_input_grad[0]:
             if op == "mean":  # out_v = sum_u x_u / deg_v: scale, then the transposed sum
                 inv = as_tensor(_inverse_in_degrees(g, acc))[:, None]
-                dx = g.aggregate(as_array((dout * inv).to(dout.dtype)), "sum", transpose=True)
+                dx = g.aggregate(as_array(scaled_rows(dout, inv)), "sum", transpose=True)
             elif ctx.weighted:
                 wt = g.edge_transpose(as_array(wl), as_array(wr))
                 dx = g.aggregate(dy, "sum", transpose=True, weights=wt)
@@ -463,6 +462,39 @@ class _Aggregate(Op):
             if wl.ndim == 1:
                 dwl, dwr = dwl[:, 0], dwr[:, 0]
         return dx, dwl, dwr, deps, None, None
+
+
+# bf16 rows with float32 factors or sums take this many float32 bytes of rows at a time:
+# torch's CPU ops promote whole operands to float32 first (4x a bf16 copy of the rows)
+ROW_BLOCK_BYTES = 256 << 20
+
+
+def _row_blocks(t: torch.Tensor):
+    """(start, end) of t's rows [n, D], a block of ROW_BLOCK_BYTES in float32 at a time."""
+    n = t.shape[0]
+    step = max(1, ROW_BLOCK_BYTES // (4 * max(t[:1].numel(), 1)))
+    return ((s, min(s + step, n)) for s in range(0, n, step))
+
+
+def scaled_rows(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """t [n, D] times scale [n, 1] (float32) in t's dtype: each product in float32, rounded
+    once, with no float32 copy of t."""
+    if t.dtype == scale.dtype:
+        return t * scale
+    out = torch.empty_like(t)
+    for s, e in _row_blocks(t):
+        torch.mul(t[s:e], scale[s:e], out=out[s:e])
+    return out
+
+
+def row_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """[1]: the sum of a * b over rows [n, D], in float32 (bf16 rows: a block at a time)."""
+    if a.dtype == torch.float32:
+        return (a * b).sum().reshape(1)
+    total = torch.zeros(1, dtype=torch.float32, device=a.device)
+    for s, e in _row_blocks(a):
+        total += (a[s:e].float() * b[s:e].float()).sum()
+    return total
 
 
 def picked(t: torch.Tensor, g) -> torch.Tensor:
