@@ -204,7 +204,8 @@ OUTPUT_COPIES = 2.5
 LABELED_COPIES = 2.5
 # with the output layer computed for the labeled rows only (--output-rows labeled): [rows,
 # width] tensors of the width its aggregation runs at (its output over every row, before
-# the labeled ones are picked, and the gradient scattered back)
+# the labeled ones are picked, and the gradient scattered back); a model's own (mgg.torch.
+# models.Spec.picked_copies: SAGE's root rows add theirs), else this
 PICKED_COPIES = 2
 # per parameter: the weight and its gradient (4 + 4 bytes), and the optimizer's state
 PARAM_BYTES = {"adam": 16, "sgd": 8}  # Adam: two moments; SGD without momentum: none
@@ -293,6 +294,7 @@ def estimate(
     heads: int = 1,
     copies: int = ACTIVATION_COPIES,
     offload_copies: int = OFFLOAD_COPIES,
+    picked_copies: int = PICKED_COPIES,
     edge_floats: int = 0,
     params: int | None = None,
     largest_param: int | None = None,
@@ -342,7 +344,9 @@ def estimate(
     model's: mgg.torch.models.Spec); ``recompute``: layers keep only their inputs, and one
     layer at a time holds its ``copies`` (and attention) while it runs again;
     ``labeled``: rows in a split (default all), which the loss and evaluation take;
-    ``output_rows`` 'labeled': the output layer computes those rows only (mgg.train.Trainer).
+    ``output_rows`` 'labeled': the output layer computes those rows only (mgg.train.Trainer),
+    holding ``picked_copies`` [rows, width] tensors over every row; ``offload_copies``: the
+    [rows, hidden] tensors a device holds with ``offload``.
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -355,7 +359,7 @@ def estimate(
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
     model = dict(hidden=hidden, layers=layers, heads=heads, copies=copies)
-    model["offload_copies"] = offload_copies
+    model.update(offload_copies=offload_copies, picked_copies=picked_copies)
     model.update(edge_floats=edge_floats, params=params, largest_param=largest_param)
     model.update(optimizer=optimizer, aggregates=aggregates, recompute=recompute)
     model["output_rows"] = output_rows
@@ -429,6 +433,7 @@ def _train_parts(
     heads,
     copies,
     offload_copies,
+    picked_copies,
     edge_floats,
     params,
     largest_param,
@@ -475,7 +480,7 @@ def _train_parts(
     picked = min(labeled, rows)
     if output_rows == "labeled":  # the output layer's rows: the labeled ones
         last = pick(ins[-1], widths[-1]) if ins[-1] else widths[-1]
-        out = rb * (rows * PICKED_COPIES * last + picked * OUTPUT_COPIES * widths[-1])
+        out = rb * (rows * picked_copies * last + picked * OUTPUT_COPIES * widths[-1])
     else:
         out = rb * rows * OUTPUT_COPIES * widths[-1]
     act = rb * rows * (held_in + hidden_rows) + out
@@ -632,6 +637,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
         kw.setdefault("edge_floats", getattr(model, "edge_floats", 0))
         kw.setdefault("copies", getattr(model, "copies", ACTIVATION_COPIES))
         kw.setdefault("offload_copies", getattr(model, "offload_copies", OFFLOAD_COPIES))
+        kw.setdefault("picked_copies", getattr(model, "picked_copies", PICKED_COPIES))
         kw.setdefault("aggregates", getattr(model, "aggregates", "narrower"))
         if command == "train" and hasattr(model, "cls"):
             in_dim = d["features"]

@@ -218,6 +218,9 @@ class Spec:
     # what mgg.memory's estimate counts per layer (measured: bench/memory_estimate.py)
     copies: int = 6  # [nodes, hidden] tensors held at the peak: kept, grads, temporaries
     offload_copies: int = 4  # those a device holds with --offload (bench/offload.py)
+    # its output layer for the labeled rows (--output-rows labeled): the [nodes, width]
+    # tensors it holds over every row (bench/offload.py on papers100m, bf16)
+    picked_copies: int = 2
     edge_floats: int = 0  # per edge and head (attention)
 
 
@@ -232,6 +235,7 @@ MODELS = {
         weight_decay=5e-4,
         copies=9,
         offload_copies=5,
+        picked_copies=5,  # the root's rows and the aggregation's, both scattered back
     ),
     "gin": Spec(
         GIN,
