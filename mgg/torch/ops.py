@@ -488,8 +488,9 @@ def scaled_rows(t: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 def row_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """[1]: the sum of a * b over rows [n, D], in float32 (bf16 rows: a block at a time)."""
-    if a.dtype == torch.float32:
+    """[1]: the sum of a * b over rows [n, D] in their dtype (bf16 rows: in float32, a
+    block at a time)."""
+    if a.dtype != torch.bfloat16:
         return (a * b).sum().reshape(1)
     total = torch.zeros(1, dtype=torch.float32, device=a.device)
     for s, e in _row_blocks(a):
