@@ -457,6 +457,7 @@ def _train_parts(
     or, while the output layer runs, its tensors and a hidden layer's saved one fetched
     ahead, whichever is more (measured: bench/offload.py --output-rows labeled)."""
     widths = [hidden * heads] * (max(layers, 1) - 1) + [max(c, 1)]
+    widest = max(widths[:-1], default=0)  # the widest hidden layer's output
     in_width = f if feature_nnz is None and not streamed else 0
     held_in = in_width  # the dropped-out input the first layer keeps
     if in_width and reads_in_chunks(multiplies_first(widths[0], f), recompute, rb * rows * f):
@@ -469,11 +470,10 @@ def _train_parts(
     hidden_rows = copies * sum(widths[:-1])
     heads_kept = heads * (max(layers, 1) - 1) + 1  # attention heads kept over the layers
     if recompute:  # each layer's input, and the widest layer's copies while it runs again
-        hidden_rows = sum(widths[:-1]) + (copies - 1) * max(widths[:-1], default=0)
+        hidden_rows = sum(widths[:-1]) + (copies - 1) * widest
         heads_kept = heads if layers > 1 else 1
     kept = rb * rows * hidden_rows  # what offload moves to the host
     if offload:  # recomputing: a layer's copies, its input fetched back and the next's
-        widest = max(widths[:-1], default=0)
         work = min(hidden_rows, (copies + 1) * widest) if recompute else offload_copies * widest
         kept += rb * rows * (held_in - work)
         hidden_rows, held_in = work, 0  # the first op saves the dropped input: the host's
@@ -483,9 +483,11 @@ def _train_parts(
         out = rb * (rows * picked_copies * last + picked * OUTPUT_COPIES * widths[-1])
     else:
         out = rb * rows * OUTPUT_COPIES * widths[-1]
-    act = rb * rows * (held_in + hidden_rows) + out
+    hidden_part = rb * rows * (held_in + hidden_rows)
     if offload:  # the output layer's tensors and the hidden layers' working ones take turns
-        act = max(rb * rows * hidden_rows, out + rb * rows * max(widths[:-1], default=0))
+        act = max(hidden_part, out + rb * rows * widest)
+    else:
+        act = hidden_part + out
     act = int(act + 4 * picked * LABELED_COPIES * widths[-1])
     part["activations"] = act
     if edge_floats:  # attention: per edge and head (the last layer has one head)
@@ -734,7 +736,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
             gpu, chunk, off = None, 0, False
             if device:
                 for off in (False, True) if not forced else (True,):
-                    kw_off = {**kw, "offload": off}
+                    kw_off, chunk = {**kw, "offload": off}, 0
                     gpu = job_estimate(
                         d, ranks, command, model=model, rows=rows, device=True, **kw_off
                     )

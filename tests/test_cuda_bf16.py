@@ -17,6 +17,7 @@ from test_cuda import (
     NVCC,
     Emulated,
     Launches,
+    assert_get_module_links,
     compiled_classes,
     every_class_source,
     fake_cupy,
@@ -174,8 +175,8 @@ def test_bf16_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
 @nvcc_only
 def test_bf16_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted=1):
     """The get variant in bf16 (nvshmemx_getmem_nbi_warp of 2-byte rows into shared
-    memory): every class for sm_90 in one object, device-linked against libnvshmem_device
-    as CuPy's nvcc backend does. Weighted and sm_90 only (40 s of make test saved): the
+    memory): every class for sm_90, device-linked against libnvshmem_device as CuPy's
+    nvcc backend does. Weighted and sm_90 only (40 s of make test saved): the
     unweighted variant differs in the weight load alone and sm_80 in nothing of the get
     path, and the p2p test compiles both, for both."""
     home = nvshmem_home()
@@ -183,39 +184,7 @@ def test_bf16_get_kernel_compiles_and_links_libnvshmem_device(tmp_path, weighted
         pytest.skip("the get mode needs NVSHMEM (nvidia-nvshmem-cu13, in the dev extra)")
     opts = list(compile_options(bool(weighted), "get", (8, 128), bf16=True))
     assert "-DMGG_BF16=1" in opts and "-dc" in opts
-    arch = "arch=compute_90,code=sm_90"
-    link_opts = [o for o in opts if o != "-dc"]
-
-    def build(half: int):  # every other class, in two objects compiled side by side
-        d = tmp_path / f"half{half}"
-        d.mkdir()
-        source = every_class_source(d, BF16_CLASSES[half::2])
-        compiled = subprocess.run(
-            [NVCC, "-gencode", arch, *opts, "--Werror", "all-warnings", "-Xptxas", "-v"]
-            + ["-o", str(d / "k.o"), str(source)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if compiled.returncode:
-            return compiled, None
-        linked = subprocess.run(
-            [NVCC, "-gencode", arch, "--cubin", *link_opts, "--device-link", str(d / "k.o")]
-            + ["-o", str(d / "k.cubin")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        return compiled, linked
-
-    classes = set()
-    for half, (compiled, linked) in enumerate(two_at_a_time(build, (0, 1))):
-        assert compiled.returncode == 0, compiled.stderr[-3000:]
-        classes |= compiled_classes(compiled.stderr)["sm_90"]
-        assert linked.returncode == 0, linked.stderr[-3000:]
-        # the device library's code was linked in, not left unresolved
-        assert (tmp_path / f"half{half}" / "k.cubin").stat().st_size > 100_000
-    assert classes == set(BF16_CLASSES)
+    assert_get_module_links(tmp_path, opts, BF16_CLASSES)
 
 
 @pytest.mark.compile

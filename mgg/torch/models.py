@@ -224,29 +224,13 @@ class Spec:
     edge_floats: int = 0  # per edge and head (attention)
 
 
+# the GCN paper's training settings (Kipf & Welling), which SAGE and GIN take too
+KIPF_WELLING = dict(layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4)
 MODELS = {
-    "gcn": Spec(GCN, hidden=16, layers=2, dropout=0.5, lr=0.01, weight_decay=5e-4),
-    "sage": Spec(
-        SAGE,
-        hidden=16,
-        layers=2,
-        dropout=0.5,
-        lr=0.01,
-        weight_decay=5e-4,
-        copies=9,
-        offload_copies=5,
-        picked_copies=5,  # the root's rows and the aggregation's, both scattered back
-    ),
-    "gin": Spec(
-        GIN,
-        hidden=64,
-        layers=2,
-        dropout=0.5,
-        lr=0.01,
-        weight_decay=5e-4,
-        copies=25,
-        offload_copies=6,
-    ),
+    "gcn": Spec(GCN, hidden=16, **KIPF_WELLING),
+    # picked_copies: the root's rows and the aggregation's, both scattered back
+    "sage": Spec(SAGE, hidden=16, copies=9, offload_copies=5, picked_copies=5, **KIPF_WELLING),
+    "gin": Spec(GIN, hidden=64, copies=25, offload_copies=6, **KIPF_WELLING),
     "gat": Spec(
         GAT,
         hidden=8,
