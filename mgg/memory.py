@@ -196,6 +196,9 @@ BASELINE = 375 * 2**20  # python, numpy, scipy, numba, torch (no torch._dynamo),
 LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
+# a GPU's plan of a graph whose weights factor (GCN's of an unweighted graph: the plan's
+# norm) holds no weight per local edge: this many bytes fewer per local entry
+NORM_SAVES_PER_ENTRY = 4
 ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
 # [rows, classes] tensors: the last layer's output and its gradient over every row, and
 # what the loss and the evaluation take of the labeled rows (float32): 2.4 copies measured
@@ -315,6 +318,7 @@ def estimate(
     device: bool = False,
     stream: int = 0,
     offload: bool = False,
+    norms: bool = False,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -325,7 +329,9 @@ def estimate(
     through the device in chunks of this many rows (mgg.torch.HostRows); ``offload``:
     (device, train) what the backward pass needs waits in host memory (mgg.torch.offload):
     the device holds a layer's working tensors, the host (part ``offloaded``, not in the
-    device's total) the rest.
+    device's total) the rest; ``norms``: (device) the plan's weights factor (the model's
+    graph is gcn_norm, the graph has no weights of its own), so the GPU holds no weight
+    per local edge (counted at P = 1, where every edge is local).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -374,6 +380,8 @@ def estimate(
             model["streamed"] = per_row * min(int(stream), rows)
         model["offload"] = bool(offload) and command == "train"
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
+        if norms and p == 1:
+            plan -= NORM_SAVES_PER_ENTRY * directions * entries
         return _device(command, plan, p, *args)
     if sharded:
         part["dataset"] = plan + node_data // p
@@ -569,10 +577,11 @@ def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, hea
 def facts(n: int, e: int, *, features: int = 0, classes: int = 0, **rest) -> dict:
     """What the estimate needs of a graph of ``n`` nodes and ``e`` CSR entries (dense
     features, one class per node, undirected, stored float32, not sharded, every row
-    labeled, unless ``rest`` says otherwise: symmetric, feature_nnz, stored, multilabel,
-    makes_split, sharded, labeled, name)."""
+    labeled, without edge weights of its own, unless ``rest`` says otherwise: symmetric,
+    feature_nnz, stored, multilabel, makes_split, sharded, labeled, weighted, name)."""
     out = {"n": int(n), "e": int(e), "features": int(features), "classes": int(classes)}
     out.update(symmetric=True, feature_nnz=None, featureless=not features, stored="float32")
+    out["weighted"] = False
     out.update(multilabel=False, makes_split=False, sharded=False, labeled=None)
     out.update(rest)
     return out
@@ -608,6 +617,7 @@ def job_facts(ds) -> dict:
             stored=ds.manifest.get("feature_dtype") or "float32",
             sharded=True,
             labeled=ds.manifest.get("labeled"),
+            weighted="norm" not in ds.manifest["files"][0],  # its plans' weights don't factor
         )
     x = ds.x
     return facts(
@@ -620,6 +630,7 @@ def job_facts(ds) -> dict:
         multilabel=bool(ds.multilabel),
         makes_split=ds.y is not None and ds.train_mask is None,
         labeled=split_rows((ds.train_mask, ds.val_mask, ds.test_mask)),
+        weighted=graph.weights is not None,
     )
 
 
@@ -641,6 +652,8 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
         kw.setdefault("offload_copies", getattr(model, "offload_copies", OFFLOAD_COPIES))
         kw.setdefault("picked_copies", getattr(model, "picked_copies", PICKED_COPIES))
         kw.setdefault("aggregates", getattr(model, "aggregates", "narrower"))
+        graph = getattr(getattr(model, "cls", None), "graph", None)  # the kind its layers take
+        kw.setdefault("norms", graph == "gcn_norm" and not d.get("weighted"))
         if command == "train" and hasattr(model, "cls"):
             in_dim = d["features"]
             if d["featureless"]:

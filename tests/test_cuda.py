@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from mgg.comm.nvshmem import HeapTooSmallError, check_heap, heap_bytes, heap_needed
 from mgg.kernels import reference
 from mgg.kernels.cuda import (
+    NORMS,
     SOURCE,
     compile_options,
     exclusive_flags,
@@ -92,13 +94,13 @@ def compiled_classes(ptxas_log: str) -> dict[str, set[tuple[int, int]]]:
 
 @pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize("weighted", [0, 1])
+@pytest.mark.parametrize("weighted", [0, 1, NORMS])
 def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
     """Every width class's kernel, and the launcher's mgg_aggregate, for sm_80 and sm_90."""
     assert {(4, 16), (4, 128), (4, 256), (4, 0), (1, 1), (1, 64), (1, 0)} <= set(CLASSES)
     cmd = [
         NVCC,
-        *compile_options(bool(weighted), "p2p", (4, 16)),
+        *compile_options(weighted, "p2p", (4, 16)),
         "--Werror",
         "all-warnings",
         "-Xptxas",
@@ -255,19 +257,19 @@ def test_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     jobs = []
     for arch in ("sm_80", "sm_90"):
         tail = [f"--gpu-architecture={arch}", "-ftz=true"]  # as CuPy adds
-        for weighted in (False, True):
-            every = arch == "sm_90" and major == 13
+        for weighted in (0, 1, NORMS):
+            every = arch == "sm_90" and major == 13 and weighted != NORMS
             for cls in CLASSES if every else [(4, 16), (4, 128), (1, 64), (1, 0)]:
                 jobs.append((SOURCE, [*compile_options(weighted, "p2p", cls), *tail]))
         jobs.append((NN, ["-std=c++17", *tail]))
     got = two_at_a_time(lambda job: nvrtc_compile(lib, job[0].read_text(), job[1]), jobs)
     for (source, opts), (status, log, size) in zip(jobs, got, strict=True):
         assert status == 0 and size > 0, (source.name, opts, log)
-    # both p2p variants end with dist, then heads (the weighted one's weights per edge)
-    for weighted in (False, True):
+    # the p2p variants end with dist, then heads (the weighted one's weights per edge)
+    for weighted in (0, 1, NORMS):
         opts = [*compile_options(weighted, "p2p"), "--gpu-architecture=compute_90"]
         params = ptx_params(nvrtc_ptx(lib, SOURCE.read_text(), opts), "mgg_aggregate")
-        assert len(params) == 20 and params[-3:] == ["u32"] * 3
+        assert len(params) == 21 and params[-3:] == ["u32"] * 3
     ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
     # each dropout kernel's last parameter is key_at, a pointer (a captured step's key)
     for kernel, count in (("mgg_edge_dropout", 10), ("mgg_dropout_dense", 9)):
@@ -371,23 +373,26 @@ class Emulated(Launches):
         flat = out.reshape(-1)
         flat[:count] = 0.0 if scale == 0 else scale * _floats(x).reshape(-1)[:count]
 
-    @staticmethod
-    def mgg_aggregate(x, lp, ln, lx, nl, li, lw, rp, rn, rx, nr, pe, rr, rw, peers, out, row0,
-                      dim, dist, *rest):  # fmt: skip
+    def mgg_aggregate(self, x, lp, ln, lx, nl, li, lw, rp, rn, rx, nr, pe, rr, rw, slot, peers,
+                      out, row0, dim, dist, *rest):  # fmt: skip
         sums, heads = _rows_of(out, dim), int(rest[-1])
+        norms = self.modules[-1][0] == 2  # MGG_WEIGHTED 2: norm[u] · norm[v], no edge weights
         kinds = [
-            (lp, ln, lx, nl, lw, lambda e: _floats(x[li[e]])),
-            (rp, rn, rx, nr, rw, lambda e: _floats(peers[pe[e]][rr[e]])),
+            (lp, ln, lx, nl, lw, lambda e: li[e], lambda e: _floats(x[li[e]])),
+            (rp, rn, rx, nr, rw, lambda e: slot[e], lambda e: _floats(peers[pe[e]][rr[e]])),
         ]
         warps = {}
-        for ptr, node, _, count, w, row in kinds:
+        for ptr, node, _, count, w, source, row in kinds:
             for k in range(int(count)):
                 v = int(node[k] - row0)
                 warps.setdefault(v, set()).add(k // int(dist))
                 for e in range(int(ptr[k]), int(ptr[k + 1])):
-                    scale = 1.0 if not isinstance(w, np.ndarray) else w[e]
+                    if norms:
+                        scale = w[source(e)] * lw[node[k]]
+                    else:
+                        scale = 1.0 if not isinstance(w, np.ndarray) else w[e]
                     sums[v] += np.repeat(np.atleast_1d(scale), dim // heads) * row(e)
-        for _, node, excl, count, _, _ in kinds:
+        for _, node, excl, count, *_ in kinds:
             for k in range(int(count)):
                 assert not excl[k] or len(warps[int(node[k] - row0)]) == 1, "not exclusive"
 
@@ -406,6 +411,53 @@ class Emulated(Launches):
             deg = self._degrees(lip, rip, int(n))
             np.divide(v, deg, out=v, where=deg > 0)
         out[: int(n)] = v.astype(BF16).view(np.uint16)
+
+
+def test_gcn_weights_from_norms_give_the_held_weights_sums(rng, monkeypatch):
+    """A gcn_norm graph's plans hold D^-1/2 of their rows (norm) and of their halo's
+    (halo_norm), of which every edge weight is the product; a DevicePlan then holds no
+    weight per edge, and the kernel's variant that computes them (emulated) gives the
+    sums of the weights held, on every rank, after a restriction to some rows too. A
+    weighted graph's weights do not factor: no norms."""
+    import mgg.kernels.cuda as kc
+
+    fake_cupy(monkeypatch)
+    rec = Emulated()
+    monkeypatch.setattr(kc, "load_module", rec.load_module)
+    g0 = random_graph(rng, 300, 2000, hub_dst=True, isolated=4)
+    g = g0.gcn_norm()
+    deg = np.diff(g0.remove_self_loops().indptr) + 1.0  # in-degree of A + I
+    plans = build_plan(g, 3, 4)
+    d = 8
+    x = rng.standard_normal((g.num_nodes, d)).astype(np.float32)
+    peers = [x[q.lb : q.ub] for q in plans]
+    h100 = known_gpu("H100")
+    full = reference.aggregate(g, x, "gcn")
+    kept = np.arange(0, plans[2].num_local_nodes, 3)
+    for p, rows in [(q, None) for q in plans] + [(plans[2].restricted(kept), kept)]:
+        np.testing.assert_allclose(p.norm, deg[p.lb : p.ub] ** -0.5, rtol=1e-6)
+        np.testing.assert_allclose(p.halo_norm, deg[p.halo_nodes] ** -0.5, rtol=1e-6)
+        ls, ld, rs, rd = p.global_edges()
+        np.testing.assert_allclose(p.local_weights, (deg[ls] * deg[ld]) ** -0.5, rtol=1e-6)
+        np.testing.assert_allclose(p.remote_weights, (deg[rs] * deg[rd]) ** -0.5, rtol=1e-6)
+        dp = kc.DevicePlan(p, 2)
+        held = kc.DevicePlan(replace(p, norm=None, halo_norm=None), 2)
+        assert dp.local_w is dp.remote_w is None and held.norm is None
+        cfg = launch_config(4, 2, 4, d, p.lnp_node.size, p.rnp_node.size, h100, "p2p")
+        got = []
+        for dplan in (dp, held):
+            out = np.zeros((p.num_local_nodes, d), np.float32)
+            kc.run(dplan, peers[p.rank], peers, out, "gcn", 0.0, cfg, 0)
+            got.append(out)
+        assert [m[0] for m in rec.modules[-2:]] == [kc.NORMS, 1]
+        want = full[p.lb : p.ub].copy()
+        if rows is not None:  # the other rows keep no edge
+            want[np.setdiff1d(np.arange(p.num_local_nodes), rows)] = 0
+        np.testing.assert_allclose(got[1], want, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[0], got[1], rtol=1e-5, atol=1e-6)
+    w = rng.random(g0.num_edges).astype(np.float32)
+    weighted = type(g0)(g0.indptr, g0.indices, w, g0.num_nodes).gcn_norm()
+    assert weighted.norm is None and build_plan(weighted, 2, 4)[0].norm is None
 
 
 def fake_cupy(monkeypatch):
@@ -441,37 +493,45 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
     monkeypatch.setattr(kc, "load_module", rec.load_module)
     g = random_graph(rng, 300, 3000).gcn_norm()
     plan = build_plan(g, 3, 8)[1]
-    dp = kc.DevicePlan(plan, 2)
+    dp = kc.DevicePlan(plan, 2)  # GCN's weights from the plan's norms
+    held = kc.DevicePlan(replace(plan, norm=None, halo_norm=None), 2)  # the weights held
     d = 20
     cfg = launch_config(8, 2, 4, d, plan.lnp_node.size, plan.rnp_node.size, known_gpu("H100"), mode)
     x = np.zeros((plan.num_local_nodes, d), np.float32)
     out, peers = np.zeros_like(x), np.zeros(1, np.uint64)
     wl = rng.random((plan.num_local_edges, 4), dtype=np.float32)
     wr = rng.random((plan.num_remote_edges, 4), dtype=np.float32)
-    ptx = two_at_a_time(lambda w: nvcc_ptx(tmp_path, SOURCE, compile_options(w, mode)), (0, 1))
-    signatures = {w: ptx_params(ptx[w], "mgg_aggregate") for w in (False, True)}
-    assert len(signatures[True]) == (20 if mode == "p2p" else 21)  # heads included
+    variants = (0, 1, kc.NORMS)
+    ptx = two_at_a_time(lambda w: nvcc_ptx(tmp_path, SOURCE, compile_options(w, mode)), variants)
+    signatures = dict(zip(variants, (ptx_params(c, "mgg_aggregate") for c in ptx), strict=True))
+    assert len(signatures[1]) == (21 if mode == "p2p" else 22)  # heads included
+    assert signatures[0] == signatures[1] == signatures[kc.NORMS]
     # D = 20: 5 float4 lanes, 8 a group; with 4 heads a head is 5 columns: scalar lanes
-    cases = [  # (op, weights, weighted module, heads, width class)
-        ("sum", None, False, 1, (4, 32)),
-        ("gcn", None, True, 1, (4, 32)),
-        ("sum", (wl, wr), True, 4, (1, 32)),
-        ("sum", (wl[:, 0].copy(), wr[:, 0].copy()), True, 1, (4, 32)),
+    cases = [  # (plan, op, weights, weighted module, heads, width class)
+        (dp, "sum", None, 0, 1, (4, 32)),
+        (dp, "gcn", None, kc.NORMS, 1, (4, 32)),
+        (held, "gcn", None, 1, 1, (4, 32)),
+        (dp, "sum", (wl, wr), 1, 4, (1, 32)),
+        (dp, "sum", (wl[:, 0].copy(), wr[:, 0].copy()), 1, 1, (4, 32)),
     ]
     monkeypatch.setitem(sys.modules, "cupy", None)  # a launch that imports cupy fails
-    for op, weights, weighted, heads, cls in cases:
+    for dplan, op, weights, weighted, heads, cls in cases:
         rec.calls.clear()
-        kc.run(dp, x, peers, out, op, 0.0, cfg, 0, weights=weights)
+        kc.run(dplan, x, peers, out, op, 0.0, cfg, 0, weights=weights)
         assert rec.modules[-1] == (weighted, mode, cls)
         (args,) = [a for name, a in rec.calls if name == "mgg_aggregate"]
         assert [ptx_type(a) for a in args] == signatures[weighted]
         assert args[-1] == heads and type(args[-1]) is np.int32
         if weights is not None:
             assert args[6] is weights[0] and args[13] is weights[1]
+        elif weighted == kc.NORMS:
+            assert args[6] is dp.norm and args[13] is dp.halo_norm and args[14] is dp.remote_slot
         elif op == "gcn":
-            assert args[6] is dp.local_w and args[13] is dp.remote_w
+            assert args[6] is held.local_w and args[13] is held.remote_w
         else:  # no weights: null pointers
             assert args[6] == args[13] == 0 and type(args[6]) is type(args[13]) is np.uint64
+        if weighted != kc.NORMS:
+            assert args[14] == 0 and type(args[14]) is np.uint64
     with pytest.raises(ValueError, match="weighted sum"):
         kc.run(dp, x, peers, out, "mean", 0.0, cfg, 0, weights=(wl, wr))
     with pytest.raises(ValueError, match="do not divide"):

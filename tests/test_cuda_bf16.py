@@ -36,6 +36,7 @@ from mgg.errors import InputError
 from mgg.graph import Graph
 from mgg.kernels import reference
 from mgg.kernels.cuda import (
+    NORMS,
     SOURCE,
     compile_options,
     launch_config,
@@ -135,7 +136,7 @@ def bf16_oracle(graph, x, op, eps=0.0):
 # ---- compiles in CI --------------------------------------------------------------------
 @pytest.mark.compile
 @nvcc_only
-@pytest.mark.parametrize("weighted", [0, 1])
+@pytest.mark.parametrize("weighted", [0, 1, NORMS])
 def test_bf16_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
     """Every bf16 width class's kernel, mgg_aggregate and mgg_round, for sm_80 and sm_90,
     without spilling a register (1024 threads a block: at most 64 each)."""
@@ -144,7 +145,7 @@ def test_bf16_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
     )
     cmd = [
         NVCC,
-        *compile_options(bool(weighted), "p2p", (8, 128), bf16=True),
+        *compile_options(weighted, "p2p", (8, 128), bf16=True),
         "--Werror",
         "all-warnings",
         "-Xptxas",
@@ -227,7 +228,7 @@ def test_bf16_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     jobs = []
     for arch in ("sm_80", "sm_90"):
         tail = [f"--gpu-architecture={arch}", "-ftz=true"]  # as CuPy adds
-        for weighted in (False, True):
+        for weighted in (0, 1, NORMS):
             for cls in NVRTC_CLASSES if arch == "sm_90" else [(8, 128), (1, 0)]:
                 jobs.append((SOURCE, [*compile_options(weighted, "p2p", cls, bf16=True), *tail]))
     for arch in ("sm_75", "sm_80", "sm_90"):
@@ -235,11 +236,11 @@ def test_bf16_kernels_compile_with_the_nvrtc_of_cuda_12_and_13(major):
     got = two_at_a_time(lambda job: nvrtc_compile(lib, job[0].read_text(), job[1]), jobs)
     for (source, opts), (status, log, size) in zip(jobs, got, strict=True):
         assert status == 0 and size > 0, (source.name, opts, log)
-    for weighted in (False, True):  # the float32 variant's parameters; out the float32 sums
+    for weighted in (0, 1, NORMS):  # the float32 variant's parameters; out the float32 sums
         opts = [*compile_options(weighted, "p2p", bf16=True), "--gpu-architecture=compute_90"]
         ptx = nvrtc_ptx(lib, SOURCE.read_text(), opts)
         params = ptx_params(ptx, "mgg_aggregate")
-        assert len(params) == 20 and params[-3:] == ["u32"] * 3
+        assert len(params) == 21 and params[-3:] == ["u32"] * 3
         assert ptx_params(ptx, "mgg_round") == ["u64"] * 5 + ["u32"] * 2
         assert "cvt.rn.bf16.f32" in ptx  # one rounding, to nearest even, by the hardware
     ptx = nvrtc_ptx(lib, NN.read_text(), ["-std=c++17", "--gpu-architecture=compute_90"])
@@ -279,15 +280,15 @@ def test_bf16_launcher_arguments_match_the_compiled_kernels(rng, monkeypatch, tm
     out, acc, peers = np.zeros_like(x), np.zeros(n * d, np.float32), np.zeros(1, np.uint64)
     wl = rng.random((plan.num_local_edges, 3), dtype=np.float32)
     wr = rng.random((plan.num_remote_edges, 3), dtype=np.float32)
-    opts = [compile_options(w, mode, bf16=True) for w in (False, True)]
-    ptx = two_at_a_time(lambda o: nvcc_ptx(tmp_path, SOURCE, o), opts)  # [unweighted, weighted]
+    opts = [compile_options(w, mode, bf16=True) for w in (0, 1, NORMS)]
+    ptx = two_at_a_time(lambda o: nvcc_ptx(tmp_path, SOURCE, o), opts)  # by MGG_WEIGHTED
     # D = 48: 8-element lanes (6 of 8 in a group); with 3 heads a head is 16 wide: still 8
     cases = [  # (op, weights, weighted module, mean flag)
-        ("sum", None, False, 0),
-        ("mean", None, False, 1),
-        ("gin", None, False, 0),
-        ("gcn", None, True, 0),
-        ("sum", (wl, wr), True, 0),
+        ("sum", None, 0, 0),
+        ("mean", None, 0, 1),
+        ("gin", None, 0, 0),
+        ("gcn", None, NORMS, 0),  # a gcn_norm graph's weights, from its norms
+        ("sum", (wl, wr), 1, 0),
     ]
     monkeypatch.setitem(sys.modules, "cupy", None)  # a launch that imports cupy fails
     for op, weights, weighted, mean in cases:
@@ -299,8 +300,8 @@ def test_bf16_launcher_arguments_match_the_compiled_kernels(rng, monkeypatch, tm
         for name, args in calls.items():
             assert [ptx_type(a) for a in args] == ptx_params(ptx[weighted], name), (op, name)
         assert same(calls["mgg_init"][0], x) and calls["mgg_init"][1] is acc
-        assert calls["mgg_aggregate"][0] is x and calls["mgg_aggregate"][15] is acc
-        assert calls["mgg_aggregate"][16] == 0  # one launch: rows from 0
+        assert calls["mgg_aggregate"][0] is x and calls["mgg_aggregate"][16] is acc
+        assert calls["mgg_aggregate"][17] == 0  # one launch: rows from 0
         assert calls["mgg_round"][0] is acc and same(calls["mgg_round"][1], out)
         assert calls["mgg_round"][-1] == mean
         assert calls["mgg_init"][3] == (np.float32(1.5) if op == "gin" else 0.0)
@@ -378,7 +379,7 @@ def test_launches_by_destination_rows_give_what_one_launch_gives(rng, monkeypatc
                 kc.run(plan_, peers[1], peers, out, op, eps, cfg, 0, weights=weights, acc=acc)
                 got[plan_ is dp] = widen(out) if bf16 else out.astype(np.float64)
                 aggs = [a for name, a in rec.calls if name == "mgg_aggregate"]
-                assert [int(a[16]) for a in aggs] == [c.a for c in plan_.launches if c.b > c.a]
+                assert [int(a[17]) for a in aggs] == [c.a for c in plan_.launches if c.b > c.a]
             if weights is None:
                 want, mag = bf16_oracle(g, x, op, eps)
                 want, mag = want[p.lb : p.ub], mag[p.lb : p.ub]
@@ -800,6 +801,31 @@ def test_bf16_launches_by_destination_rows_on_the_gpu(rng, monkeypatch):
             got = aggregate_halo(p, xb[p.lb : p.ub], halo, op, 0.3, dist=2, wpb=4, rows=37)
             np.testing.assert_allclose(cupy.asnumpy(got), want[p.lb : p.ub], rtol=1e-4,
                                        atol=1e-4 * (mag[p.lb : p.ub] + 1))  # fmt: skip
+
+
+@gpu
+@pytest.mark.gpu
+def test_gcn_weights_from_norms_on_the_gpu(rng):
+    """GCN's weights computed from a gcn_norm plan's norms (the NORMS kernel: no weight per
+    edge on the device) give the held weights' sums, float32 and bf16, on one PE and on a
+    rank of 3 with a halo, and on a restricted plan."""
+
+    from mgg.kernels import gather_halo
+    from mgg.kernels.cuda import DevicePlan, aggregate_halo
+
+    g = random_graph(rng, 900, 10_000, hub_dst=True, isolated=5).gcn_norm()
+    x = widen(bf16_bits(rng.standard_normal((900, 64))))
+    plans = build_plan(g, 1, 8) + build_plan(g, 3, 8)
+    for p in plans + [plans[2].restricted(np.arange(0, plans[2].num_local_nodes, 2))]:
+        assert DevicePlan(p, 2).local_w is None and p.norm is not None
+        held = dataclasses.replace(p, norm=None, halo_norm=None)
+        halo = gather_halo(p, x)
+        for dtype in (np.float32, BF16):
+            xs, hs = x[p.lb : p.ub].astype(dtype), halo.astype(dtype)
+            outs = [aggregate_halo(q, xs, hs, "gcn", dist=2, wpb=4).get() for q in (p, held)]
+            a, b = (widen(o) if dtype == BF16 else o for o in outs)
+            tol = 2.0**-7 if dtype == BF16 else 1e-5
+            np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
 
 
 @gpu

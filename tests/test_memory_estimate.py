@@ -17,7 +17,9 @@ from mgg.cli import main
 from mgg.graph.specs import resolve
 from mgg.memory import (
     LIMIT_ENV,
+    NORM_SAVES_PER_ENTRY,
     estimate,
+    facts,
     format_bytes,
     job_estimate,
     peak_rss_mb,
@@ -221,3 +223,21 @@ def test_the_device_windows_count_what_the_cuda_designs_hold(monkeypatch):
     assert windows(1, "bfloat16") == 4 * (1000 * 32 + 4000 * 8)
     assert windows(4, "bfloat16") == 2 * 2 * rows_widths + 4 * (1000 * 32 + 4000 * 8)
     assert windows(4, "float32") == 2 * 4 * rows_widths
+
+
+def test_a_gpu_holds_no_weight_per_local_edge_where_gcns_weights_factor():
+    """GCN's weights of a graph without its own (the plan's norm): a GPU's plan of one
+    rank holds 4 bytes fewer per entry (its self loops included); a weighted graph's, a
+    SAGE job's, the host's and a rank of several (whose remote edges the plan does not
+    know in advance) count them as before."""
+    n, e = 50_000, 600_000
+    kw = dict(features=32, classes=5)
+
+    def plan(model, ranks, weighted, device=True):
+        d = facts(n, e, weighted=weighted, **kw)
+        return job_estimate(d, ranks, "train", model=MODELS[model], device=device)["plan"]
+
+    assert plan("gcn", 1, True) - plan("gcn", 1, False) == NORM_SAVES_PER_ENTRY * (e + n) > 0
+    assert plan("sage", 1, True) == plan("sage", 1, False) == plan("gcn", 1, True)
+    assert plan("gcn", 2, True) == plan("gcn", 2, False)
+    assert plan("gcn", 1, True, False) == plan("gcn", 1, False, False)

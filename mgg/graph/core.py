@@ -31,9 +31,12 @@ class Graph:
                             (weights included); None when unknown
     kind                    what job_graph made of it (GRAPH_KINDS): 'as_is' unless
                             its loops or weights were set for a model
+    norm    float32 [N]     optional: weights that factor as norm[u] * norm[v] (gcn_norm
+                            of an unweighted graph: D^-1/2), which a GPU computes per edge
+                            instead of holding them; kept by nothing that changes edges
     """
 
-    __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric", "kind")
+    __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric", "kind", "norm")
 
     def __init__(
         self,
@@ -45,6 +48,7 @@ class Graph:
         symmetric=None,
         check=True,
         kind="as_is",
+        norm=None,
     ):
         indptr = np.asarray(indptr)
         indices = np.asarray(indices)
@@ -71,6 +75,7 @@ class Graph:
         self.weights = weights
         self.symmetric = symmetric
         self.kind = kind
+        self.norm = norm
 
     # ---- basic facts -------------------------------------------------------------------
     @property
@@ -270,7 +275,8 @@ class Graph:
         return g, None
 
     def gcn_norm(self) -> Graph:
-        """A+I with weights D^-1/2 (A+I) D^-1/2 (Kipf & Welling; D = in-degree of A+I).
+        """A+I with weights D^-1/2 (A+I) D^-1/2 (Kipf & Welling; D = in-degree of A+I),
+        and, for a graph without weights, ``norm`` = D^-1/2 (float32 [N]).
 
         Existing self loops are replaced by one loop of weight 1 per node.
         """
@@ -280,15 +286,16 @@ class Graph:
         check_gcn_weights(int((w < 0).sum()), g.num_edges)
         deg = np.bincount(dst, weights=w, minlength=g.num_nodes)
         dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
-        norm = (dinv[src] * w * dinv[dst]).astype(np.float32)
+        weights = (dinv[src] * w * dinv[dst]).astype(np.float32)
         return Graph(
             g.indptr,
             g.indices,
-            norm,
+            weights,
             g.num_nodes,
             symmetric=self.symmetric,
             check=False,
             kind="gcn_norm",
+            norm=dinv.astype(np.float32) if g.weights is None else None,
         )
 
     def _filter(self, keep: np.ndarray, weights=None) -> Graph:

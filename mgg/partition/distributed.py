@@ -125,7 +125,7 @@ def build_plan_distributed(
         )
         t_src = np.repeat(np.arange(lb, ub, dtype=idt), np.diff(t_ptr))
         t_rows = [t_ptr, t_dst, t_w, t_src]
-    symmetric = False
+    symmetric, norm = False, None
     if part.symmetric:
         ok = _rows_equal((row_ptr, row_src, row_w), t_rows[:3])
         if not comm.allreduce(np.array([ok], np.int64), "min")[0]:
@@ -145,6 +145,8 @@ def build_plan_distributed(
         dinv = np.zeros(n, np.float64)
         dinv[lb:ub] = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
         dinv = comm.allreduce(dinv)
+        if not weighted:  # the weights factor: Graph.gcn_norm's norm
+            norm = dinv.astype(np.float32)
         row_w = _gcn_weights(dinv, row_src, dst_of_row, rw)
         if t_rows is not None:
             t_ptr, t_dst, t_w, t_src = t_rows
@@ -152,9 +154,10 @@ def build_plan_distributed(
             t_rows[2] = _gcn_weights(dinv, t_src, t_dst, tw)
 
     mark = np.full(n, -1, np.int32)
-    plan = _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, row_ptr, row_src, row_w)
+    args = (rank, bounds, ps, num_edges)
+    plan = _rank_plan(*args, symmetric, mark, row_ptr, row_src, row_w, norm=norm)
     if t_rows is not None and transposed:
-        t = _rank_plan(rank, bounds, ps, num_edges, False, mark, *t_rows[:3])
+        t = _rank_plan(*args, False, mark, *t_rows[:3], norm=norm)
         plan = replace(plan, _transposed=t)
     return plan
 

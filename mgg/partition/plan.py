@@ -25,6 +25,11 @@ class PartitionPlan:
     halo_pe/row     int32 [H]    the distinct remote rows, in order of first use
     lnp_ptr/node    LNP: local neighbor partitions of at most ps entries
     rnp_ptr/node    RNP: remote neighbor partitions
+    norm, halo_norm float32 [n], [H] or None: where the weights factor (Graph.norm:
+                    GCN's D^-1/2), the factors of this rank's rows and of its halo's: a
+                    local edge u -> v weighs norm[u] · norm[v], a remote one
+                    halo_norm[slot] · norm[v] (what a GPU computes instead of holding
+                    the weights)
     transposed      the plan of the transposed graph over the same bounds (backward)
     """
 
@@ -45,6 +50,8 @@ class PartitionPlan:
     rnp_ptr: np.ndarray
     rnp_node: np.ndarray
     symmetric: bool = False
+    norm: np.ndarray | None = None
+    halo_norm: np.ndarray | None = None
     _transposed: PartitionPlan | None = field(default=None, repr=False)
 
     # ---- sizes ---------------------------------------------------------------------------
@@ -225,6 +232,8 @@ class PartitionPlan:
             rnp_ptr=_frozen(rnp_ptr),
             rnp_node=_frozen(rnp_node),
             symmetric=False,
+            norm=self.norm,
+            halo_norm=None if self.halo_norm is None else _frozen(self.halo_norm[old]),
             _transposed=self.transposed,
         )
 
@@ -292,13 +301,16 @@ PLAN_ARRAYS = (
     "lnp_node",
     "rnp_ptr",
     "rnp_node",
+    "norm",
+    "halo_norm",
 )
+OPTIONAL_ARRAYS = ("local_weights", "remote_weights", "norm", "halo_norm")
 
 
 def plan_from_arrays(rank, bounds, ps, num_edges, symmetric, arrays: dict) -> PartitionPlan:
     """The inverse of ``PartitionPlan.arrays``: a plan (and its transposed plan) over
     ``arrays`` as given (memory maps stay memory maps)."""
-    missing = [k for k in PLAN_ARRAYS if "weights" not in k and k not in arrays]
+    missing = [k for k in PLAN_ARRAYS if k not in OPTIONAL_ARRAYS and k not in arrays]
     if missing:
         raise ValueError(f"plan arrays missing: {', '.join(missing)}")
 
@@ -357,7 +369,8 @@ def build_plan(
         for r in ranks:
             lb, ub = int(bounds[r]), int(bounds[r + 1])
             rows = _row_slice(graph, lb, ub)
-            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, mark, *rows)
+            norm = graph.norm
+            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, mark, *rows, norm=norm)
             bar.update()
             t = None
             if need_t:
@@ -366,7 +379,7 @@ def build_plan(
                     if gt is not None
                     else column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
                 )
-                t = _rank_plan(r, bounds, ps, graph.num_edges, False, mark, *rows)
+                t = _rank_plan(r, bounds, ps, graph.num_edges, False, mark, *rows, norm=norm)
                 bar.update()
             plans.append(replace(fwd, _transposed=t) if t is not None else fwd)
     return plans if rank is None else plans[0]
@@ -409,11 +422,18 @@ def _row_slice(g: Graph, lb: int, ub: int):
     return g.indptr[lb : ub + 1] - a, g.indices[a:b], w
 
 
-def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights):
+def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None):
+    """Rank ``rank``'s plan of its rows' in-edges; ``norm``: every node's factor of the
+    weights, float [N] (Graph.norm), or None."""
     re: RankEdges = edge_split(indptr, indices, weights, bounds, rank, mark)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
     arrays = {k: _frozen(v) for k, v in re._asdict().items()}
+    if norm is not None:
+        lb, ub = int(bounds[rank]), int(bounds[rank + 1])
+        halo = bounds[re.halo_pe].astype(np.int64) + re.halo_row
+        arrays["norm"] = _frozen(np.array(norm[lb:ub], np.float32))
+        arrays["halo_norm"] = _frozen(np.array(norm[halo], np.float32))
     return PartitionPlan(
         rank=rank,
         bounds=_frozen(bounds),

@@ -41,13 +41,17 @@ def nvshmem_home() -> str | None:
 
 
 GENERIC = (1, 0)  # the width class of the kernel that takes any D: scalar lanes, slabs
+# MGG_WEIGHTED of the variant that computes GCN's weights from the plan's norm and
+# halo_norm (D^-1/2 of its rows and of its halo's): no weight per edge held
+NORMS = 2
 
 
 def compile_options(
-    weighted: bool, mode: str, cls: tuple[int, int] = GENERIC, bf16: bool = False
+    weighted: int, mode: str, cls: tuple[int, int] = GENERIC, bf16: bool = False
 ) -> tuple[str, ...]:
-    """nvcc/NVRTC options for one kernel variant; cls: its (vec, W) as width_class gives
-    (for the rows' element size); bf16: bfloat16 rows (compute capability 8.0 and up)."""
+    """nvcc/NVRTC options for one kernel variant; weighted: 0, 1 (edge weights) or NORMS
+    (local weights from the plan's norm); cls: its (vec, W) as width_class gives (for the
+    rows' element size); bf16: bfloat16 rows (compute capability 8.0 and up)."""
     if mode not in REMOTES:
         raise ValueError(f"remote mode must be one of {', '.join(REMOTES)}, got {mode!r}")
     opts = (
@@ -71,7 +75,7 @@ def compile_options(
 
 def load_module(
     device_id: int,
-    weighted: bool,
+    weighted: int,
     mode: str,
     cls: tuple[int, int] = GENERIC,
     bf16: bool = False,
@@ -87,7 +91,7 @@ def load_module(
 
 
 @functools.cache
-def _compiled(device_id: int, weighted: bool, mode: str, cls: tuple[int, int], bf16: bool):
+def _compiled(device_id: int, weighted: int, mode: str, cls: tuple[int, int], bf16: bool):
     import cupy
 
     backend = "nvcc" if mode == "get" else "nvrtc"  # the get mode links libnvshmem_device
@@ -211,7 +215,9 @@ class DevicePlan:
     destination rows each (None: one), with each launch's exclusivity flags for one dist
     (warp w of a launch takes its partitions w*dist.. of both kinds) and, made once,
     ``views``: its LNP, RNP and in-degree arrays (ptr, node, excl; ptr, node, excl;
-    local_indptr, remote_indptr), from its first partition and row."""
+    local_indptr, remote_indptr), from its first partition and row. A plan whose weights
+    factor (``plan.norm``) holds its norm [n], halo_norm [H] and remote_slot [Er]
+    instead of its weights [El], [Er]."""
 
     def __init__(self, plan: PartitionPlan, dist: int, rows: int | None = None):
         import cupy
@@ -225,8 +231,12 @@ class DevicePlan:
         self.local_idx = up(plan.local_indices)
         self.remote_pe = up(plan.remote_pe.astype(np.int32))
         self.remote_row = up(plan.remote_row.astype(np.int32))
-        self.local_w = up(plan.local_weights) if plan.has_weights else None
-        self.remote_w = up(plan.remote_weights) if plan.has_weights else None
+        self.local_w = self.remote_w = self.norm = self.halo_norm = self.remote_slot = None
+        if plan.has_weights and plan.norm is not None and plan.halo_norm is not None:
+            self.norm, self.halo_norm = up(plan.norm), up(plan.halo_norm)
+            self.remote_slot = up(plan.remote_slot.astype(np.int32))
+        elif plan.has_weights:
+            self.local_w, self.remote_w = up(plan.local_weights), up(plan.remote_weights)
         self.local_indptr, self.remote_indptr = up(plan.local_indptr), up(plan.remote_indptr)
         lnp_excl = np.zeros(plan.lnp_node.size, np.uint8)
         rnp_excl = np.zeros(plan.rnp_node.size, np.uint8)
@@ -305,12 +315,14 @@ def run(
         heads = 1 if local_w.ndim == 1 else local_w.shape[1]
         if heads < 1 or d % heads:
             raise ValueError(f"{heads} heads do not divide the feature width {d}")
+    elif op == "gcn" and dplan.norm is not None:
+        local_w, remote_w, heads = dplan.norm, dplan.halo_norm, 1
     elif op == "gcn":
         local_w, remote_w, heads = dplan.local_w, dplan.remote_w, 1
     else:
         local_w = remote_w = None
         heads = 1
-    weighted = local_w is not None
+    weighted = 0 if local_w is None else NORMS if local_w is dplan.norm else 1
     mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads, cfg.itemsize), bf16=bf16)
     i64, i32, f32 = np.int64, np.int32, np.float32
     null = np.uint64(0)  # no weights: a null pointer, nothing allocated per launch
@@ -341,6 +353,7 @@ def run(
                 dplan.remote_pe,
                 dplan.remote_row,
                 remote_w if weighted else null,
+                dplan.remote_slot if weighted == NORMS else null,
                 peer_ptrs,
                 sums,
                 i32(a),

@@ -46,6 +46,11 @@
 // w[e * heads + j / (dim / heads)] (heads divides dim). heads = 1 is GCN's one weight per
 // edge (the plan's normalization); more heads are GAT's per-head attention coefficients.
 // Both variants take `heads` as the last argument; the unweighted one ignores it.
+// MGG_WEIGHTED=2 (GCN's normalization where it factors: the plan's norm and halo_norm):
+// no weight per edge is held. local_w is the norm [n] of this PE's rows, remote_w the
+// halo's [H], remote_slot [Er] each remote edge's halo slot; edge u -> v weighs
+// norm(u) * local_w[v]: a partition of node v sums norm(u) x_u, then scales its sum by
+// local_w[v]. heads is 1; the other variants pass remote_slot null.
 //
 // Compile-time options: MGG_WEIGHTED (edge weights), MGG_REMOTE_GET (see above), MGG_BF16
 // (bf16 rows), MGG_VEC and MGG_WIDTH (the width class; by default 1 and 0: the generic
@@ -234,6 +239,22 @@ __device__ __forceinline__ void add_to(float& acc, bf16 v) { acc += to_float(v);
 __device__ __forceinline__ void add_to(float2& acc, bf16x2 v) { fma_to(acc, 1.0f, v); }
 __device__ __forceinline__ void add_to(float8& acc, bf16x8 v) { fma_to(acc, 1.0f, v); }
 
+__device__ __forceinline__ void scale_by(float& a, float s) { a *= s; }
+__device__ __forceinline__ void scale_by(float2& a, float s) {
+    a.x *= s;
+    a.y *= s;
+}
+__device__ __forceinline__ void scale_by(float4& a, float s) {
+    a.x *= s;
+    a.y *= s;
+    a.z *= s;
+    a.w *= s;
+}
+__device__ __forceinline__ void scale_by(float8& a, float s) {
+    scale_by(a.lo, s);
+    scale_by(a.hi, s);
+}
+
 __device__ __forceinline__ void add_shfl_down(float& a, int off) {
     a += __shfl_down_sync(FULL_MASK, a, off);
 }
@@ -418,12 +439,11 @@ __device__ __forceinline__ Cols<C> lane_cols(int lane, int j0, int dim, int head
 
 // Add the rows of the INFLIGHT edges t, t + GROUPS, ... of a partition of n edges to acc
 // at the lane's columns c (FULL: all of them < n, else those that are), with
-// MGG_WEIGHTED scaled by w[t * heads + h], h the head of the column; every row's address
-// first, so that their ids load at once.
-template <class C, bool GLOBAL, bool FULL, typename RowFn>
+// MGG_WEIGHTED scaled by wt(t, h), h the head of the column; every row's address first,
+// so that their ids load at once.
+template <class C, bool GLOBAL, bool FULL, typename RowFn, typename WeightFn>
 __device__ __forceinline__ void add_rows(typename C::acc (&acc)[C::CHUNKS], RowFn row,
-                                         const float* __restrict__ w, int t, int n,
-                                         const Cols<C>& c, int heads) {
+                                         WeightFn wt, int t, int n, const Cols<C>& c) {
     typename C::raw v[C::INFLIGHT][C::CHUNKS];
 #if MGG_WEIGHTED
     float s[C::INFLIGHT][C::CHUNKS];
@@ -433,14 +453,19 @@ __device__ __forceinline__ void add_rows(typename C::acc (&acc)[C::CHUNKS], RowF
     for (int u = 0; u < C::INFLIGHT; ++u) {
         const int tu = FULL ? t + u * C::GROUPS : min(t + u * C::GROUPS, n - 1);
         r[u] = row(tu);  // clamped past n: a row not read
-#if MGG_WEIGHTED
+#if MGG_WEIGHTED == 1
 #pragma unroll
-        for (int k = 0; k < C::CHUNKS; ++k) s[u][k] = __ldg(w + tu * heads + c.head[k]);
+        for (int k = 0; k < C::CHUNKS; ++k) s[u][k] = wt(tu, c.head[k]);
 #endif
     }
 #pragma unroll
     for (int u = 0; u < C::INFLIGHT; ++u) {
         const bool live = FULL || t + u * C::GROUPS < n;
+#if MGG_WEIGHTED == 2
+        const float su = wt(FULL ? t + u * C::GROUPS : min(t + u * C::GROUPS, n - 1), 0);
+#pragma unroll
+        for (int k = 0; k < C::CHUNKS; ++k) s[u][k] = su;
+#endif
         const bool aligned = C::VEC == 1 || ((unsigned long long)r[u] & (C::BYTES - 1)) == 0;
 #pragma unroll
         for (int k = 0; k < C::CHUNKS; ++k) {
@@ -464,13 +489,14 @@ __device__ __forceinline__ void add_rows(typename C::acc (&acc)[C::CHUNKS], RowF
 }
 
 // Sum the n edges' rows of one partition into out[node] at the lane's columns c; row(t)
-// gives the address of the source row of the partition's edge t, w its edges' weights.
-// The lane's group sums edges group, group + GROUPS, ...
-template <class C, bool GLOBAL, typename RowFn>
-__device__ __forceinline__ void reduce_cols(RowFn row, const float* __restrict__ w, int n,
+// gives the address of the source row of the partition's edge t, wt(t, h) its weight
+// at head h (MGG_WEIGHTED), and the sum is scaled by post (MGG_WEIGHTED 2: the node's
+// norm). The lane's group sums edges group, group + GROUPS, ...
+template <class C, bool GLOBAL, typename RowFn, typename WeightFn>
+__device__ __forceinline__ void reduce_cols(RowFn row, WeightFn wt, int n,
                                             float* __restrict__ out, i64 node, int dim,
                                             bool excl, const Cols<C>& c, int group,
-                                            int heads) {
+                                            float post) {
     typename C::acc acc[C::CHUNKS];
 #pragma unroll
     for (int k = 0; k < C::CHUNKS; ++k) zero(acc[k]);
@@ -478,8 +504,8 @@ __device__ __forceinline__ void reduce_cols(RowFn row, const float* __restrict__
         constexpr int STEP = C::INFLIGHT * C::GROUPS;
         int t = group;
         for (; t + STEP - C::GROUPS < n; t += STEP)  // every edge of the step exists
-            add_rows<C, GLOBAL, true>(acc, row, w, t, n, c, heads);
-        if (t < n) add_rows<C, GLOBAL, false>(acc, row, w, t, n, c, heads);
+            add_rows<C, GLOBAL, true>(acc, row, wt, t, n, c);
+        if (t < n) add_rows<C, GLOBAL, false>(acc, row, wt, t, n, c);
     }
     // the groups' sums meet in group 0 (CHUNKS = 1 where GROUPS > 1)
 #pragma unroll
@@ -487,26 +513,48 @@ __device__ __forceinline__ void reduce_cols(RowFn row, const float* __restrict__
     if (group == 0) {
         float* o = out + node * dim + c.col;
 #pragma unroll
-        for (int k = 0; k < C::CHUNKS; ++k)
+        for (int k = 0; k < C::CHUNKS; ++k) {
+            if (MGG_WEIGHTED == 2) scale_by(acc[k], post);
             if (k < c.on) emit(o, k * C::CHUNK_COLS, acc[k], excl);
+        }
     }
 }
 
+// The weights of a partition's edges, from edge e0 of w [E, heads]: wt(t, h) is edge
+// e0 + t's at head h (MGG_WEIGHTED; never called otherwise)
+struct EdgeWeights {
+    const float* __restrict__ w;
+    int heads;
+    __device__ __forceinline__ float operator()(int t, int h) const {
+        return __ldg(w + (i64)t * heads + h);
+    }
+};
+__device__ __forceinline__ EdgeWeights edge_weights(const float* w, i64 e0, int heads) {
+    return EdgeWeights{MGG_WEIGHTED ? w + e0 * heads : w, heads};
+}
+// MGG_WEIGHTED 2: the norm of edge t's source, norm[idx[t]]: a local edge's from the
+// PE's norm by its row (idx in global or shared memory), a remote one's from halo_norm by
+// its halo slot (one type for both kinds: ptxas spills registers where two differ)
+struct SourceNorms {
+    const float* __restrict__ norm;
+    const int* idx;
+    __device__ __forceinline__ float operator()(int t, int) const { return __ldg(norm + idx[t]); }
+};
+
 // The partition of edges [e0, e1): at the lane's columns c, or (W = 0) at every slab's in
-// turn; row(t) as for reduce_cols, w the weights of every edge ([E, heads])
-template <class C, bool GLOBAL, typename RowFn>
-__device__ __forceinline__ void reduce_partition(RowFn row, const float* __restrict__ w,
-                                                 i64 e0, i64 e1, float* __restrict__ out,
-                                                 i64 node, int dim, bool excl,
-                                                 const Cols<C>& c, int lane, int heads) {
-    const float* wp = MGG_WEIGHTED ? w + e0 * heads : w;
+// turn; row(t), wt(t, h) and post as for reduce_cols
+template <class C, bool GLOBAL, typename RowFn, typename WeightFn>
+__device__ __forceinline__ void reduce_partition(RowFn row, WeightFn wt, i64 e0, i64 e1,
+                                                 float* __restrict__ out, i64 node, int dim,
+                                                 bool excl, const Cols<C>& c, int lane,
+                                                 int heads, float post = 1.0f) {
     const int n = (int)(e1 - e0);  // at most ps
     if constexpr (C::WIDTH != 0) {
-        reduce_cols<C, GLOBAL>(row, wp, n, out, node, dim, excl, c, lane / C::LANES, heads);
+        reduce_cols<C, GLOBAL>(row, wt, n, out, node, dim, excl, c, lane / C::LANES, post);
     } else {
         for (int j0 = 0; j0 < dim; j0 += C::SLOTS * C::VEC)
-            reduce_cols<C, GLOBAL>(row, wp, n, out, node, dim, excl,
-                                   lane_cols<C>(lane, j0, dim, heads), 0, heads);
+            reduce_cols<C, GLOBAL>(row, wt, n, out, node, dim, excl,
+                                   lane_cols<C>(lane, j0, dim, heads), 0, post);
     }
 }
 
@@ -531,11 +579,12 @@ __device__ __forceinline__ void reduce_partition(RowFn row, const float* __restr
         const i64 *__restrict__ rnp_ptr, const int *__restrict__ rnp_node,                 \
         const unsigned char *__restrict__ rnp_excl, i64 n_rnp,                              \
         const int *__restrict__ remote_pe, const int *__restrict__ remote_row,             \
-        const float *__restrict__ remote_w, const unsigned long long *__restrict__ peer_ptrs, \
-        float *__restrict__ out, int row0, int dim, int dist, MGG_PS_PARAM int heads
+        const float *__restrict__ remote_w, const int *__restrict__ remote_slot,            \
+        const unsigned long long *__restrict__ peer_ptrs, float *__restrict__ out, int row0, \
+        int dim, int dist, MGG_PS_PARAM int heads
 #define MGG_AGGREGATE_ARGS                                                                    \
     x, lnp_ptr, lnp_node, lnp_excl, n_lnp, local_idx, local_w, rnp_ptr, rnp_node, rnp_excl,   \
-        n_rnp, remote_pe, remote_row, remote_w, peer_ptrs, out, row0, dim, dist,             \
+        n_rnp, remote_pe, remote_row, remote_w, remote_slot, peer_ptrs, out, row0, dim, dist, \
         MGG_PS_ARG heads
 
 #if !MGG_REMOTE_GET
@@ -552,8 +601,15 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             const i64 e0 = lnp_ptr[k];
             const int* idx = local_idx + e0;
             auto row = [&](int t) { return x + (i64)__ldg(idx + t) * dim; };
-            reduce_partition<C, true>(row, local_w, e0, lnp_ptr[k + 1], out,
-                                      lnp_node[k] - row0, dim, lnp_excl[k], cols, lane, heads);
+#if MGG_WEIGHTED == 2  // norm[u], and norm[v] once on the partition's sum
+            const SourceNorms wt{local_w, idx};
+            const float post = __ldg(local_w + lnp_node[k]);
+#else
+            const EdgeWeights wt = edge_weights(local_w, e0, heads);
+            const float post = 1.0f;
+#endif
+            reduce_partition<C, true>(row, wt, e0, lnp_ptr[k + 1], out, lnp_node[k] - row0,
+                                      dim, lnp_excl[k], cols, lane, heads, post);
         }
         if (k < n_rnp) {
             const i64 e0 = rnp_ptr[k];
@@ -562,8 +618,15 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                 const row_t* base = (const row_t*)__ldg(peer_ptrs + __ldg(pe + t));
                 return base + (i64)__ldg(rr + t) * dim;
             };
-            reduce_partition<C, true>(row, remote_w, e0, rnp_ptr[k + 1], out,
-                                      rnp_node[k] - row0, dim, rnp_excl[k], cols, lane, heads);
+#if MGG_WEIGHTED == 2
+            const SourceNorms wt{remote_w, remote_slot + e0};
+            const float post = __ldg(local_w + rnp_node[k]);
+#else
+            const EdgeWeights wt = edge_weights(remote_w, e0, heads);
+            const float post = 1.0f;
+#endif
+            reduce_partition<C, true>(row, wt, e0, rnp_ptr[k + 1], out, rnp_node[k] - row0,
+                                      dim, rnp_excl[k], cols, lane, heads, post);
         }
     }
 }
@@ -611,8 +674,15 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             for (i64 t = lane; t < e1 - e0; t += 32) ids[t] = local_idx[e0 + t];
             __syncwarp();
             auto row = [&](int t) { return x + (i64)ids[t] * dim; };
-            reduce_partition<C, true>(row, local_w, e0, e1, out, lnp_node[k] - row0, dim,
-                                      lnp_excl[k], cols, lane, heads);
+#if MGG_WEIGHTED == 2  // norm[u], and norm[v] once on the partition's sum
+            const SourceNorms wt{local_w, ids};
+            const float post = __ldg(local_w + lnp_node[k]);
+#else
+            const EdgeWeights wt = edge_weights(local_w, e0, heads);
+            const float post = 1.0f;
+#endif
+            reduce_partition<C, true>(row, wt, e0, e1, out, lnp_node[k] - row0, dim,
+                                      lnp_excl[k], cols, lane, heads, post);
             __syncwarp();
         }
         if (k < k_end) {
@@ -624,8 +694,15 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                                 staging + (i64)((i + 1) & 1) * ps * dim, dim);
             const i64 e0 = rnp_ptr[k];
             auto row = [&](int t) { return (const row_t*)cur + (i64)t * dim; };
-            reduce_partition<C, false>(row, remote_w, e0, rnp_ptr[k + 1], out,
-                                       rnp_node[k] - row0, dim, rnp_excl[k], cols, lane, heads);
+#if MGG_WEIGHTED == 2
+            const SourceNorms wt{remote_w, remote_slot + e0};
+            const float post = __ldg(local_w + rnp_node[k]);
+#else
+            const EdgeWeights wt = edge_weights(remote_w, e0, heads);
+            const float post = 1.0f;
+#endif
+            reduce_partition<C, false>(row, wt, e0, rnp_ptr[k + 1], out, rnp_node[k] - row0,
+                                       dim, rnp_excl[k], cols, lane, heads, post);
             __syncwarp();
         }
     }
