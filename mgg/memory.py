@@ -710,6 +710,16 @@ def checked_estimate(ds, ranks: int, command: str, *, source=None, model=None, *
         raise
 
 
+def check_host(out: dict, source, what: str) -> Parts:
+    """A GPU job's host check: the largest rank's host parts of ``out`` (:func:`plan` with
+    ``device``: the data, the plan, what is offloaded; the run is the GPU's) against what
+    this rank has, as :func:`check_estimate`; returns those parts."""
+    big = max(out["per_rank"], key=lambda r: r["total_bytes"])
+    parts = Parts(big["parts"], total=big["total_bytes"])
+    check_estimate(parts, source, what)
+    return parts
+
+
 def _held() -> int:
     """What this process holds now (counted against a budget without MGG_MEMORY_LIMIT)."""
     if os.environ.get(LIMIT_ENV, "").strip():
@@ -733,7 +743,9 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     """The memory plan of ``command`` on ``ds`` (a dataset, or its facts) over ``ranks``:
     per rank (``per_rank``: rank, rows, ``total_bytes`` and ``parts`` on the host, and with
     ``device`` the GPU's as ``device``: the host then holds the data and the plan, the GPU
-    the run), against ``budget`` (bytes a rank has: 'host', and 'device'), ``fits``, and,
+    the run: its dataset (a shard's plan included), the plan it built, what is offloaded
+    and its streamed features, pinned), against ``budget`` (bytes a rank has: 'host', and
+    'device'), ``fits``, and,
     with ``suggest``, the ``fixes`` that fit when it does not. A training rank whose GPU
     would not hold it keeps its dense features in host memory and streams them
     (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`),
@@ -765,9 +777,14 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                     if gpu["total"] <= budget["device"] or command != "train":
                         break
                 host = {k: host[k] for k in HOST_PARTS if k in host}
+                if d["sharded"]:  # a shard's plan is in its dataset
+                    host.pop("plan", None)
                 if off:
                     host["offloaded"] = gpu.pop("offloaded")
-                host["total"] = sum(host.values())
+                if chunk:  # HostRows: the rank's features, pinned
+                    rb = row_dtype(kw.get("dtype") or "float32").itemsize
+                    host["pinned"] = rb * rows * d["features"]
+                host["total"] = _host_total(host, d["sharded"])
             memo[rows] = host, gpu, chunk, off
         host, gpu, chunk, off = memo[rows]
         item = {"rank": r, "rows": rows, "total_bytes": host["total"], "parts": _parts(host)}
@@ -783,6 +800,16 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     if suggest:
         out["fixes"] = [] if fits else fixes(d, ranks, command, budget, model=model, **kw)
     return out
+
+
+def _host_total(host: dict, sharded: bool) -> int:
+    """A GPU rank's host peak from its parts: all held at once, but a shard's files, mapped
+    and read once (the plan to the GPU, the features into pinned memory), are page cache
+    by the time the run offloads its activations: the larger of the two phases."""
+    if not sharded:
+        return sum(host.values())
+    held = sum(v for k, v in host.items() if k not in ("dataset", "offloaded"))
+    return held + max(host.get("dataset", 0), host.get("offloaded", 0))
 
 
 def stream_rows(d: dict, ranks: int, command: str, budget: int, model, rows: int, kw) -> int:

@@ -14,15 +14,19 @@ import pytest
 
 import mgg.memory
 from mgg.cli import main
+from mgg.errors import ResourceError
 from mgg.graph.specs import resolve
 from mgg.memory import (
     LIMIT_ENV,
     NORM_SAVES_PER_ENTRY,
+    check_host,
+    checked_estimate,
     estimate,
     facts,
     format_bytes,
     job_estimate,
     peak_rss_mb,
+    plan,
     reset_peak_rss,
     sums_rows,
 )
@@ -241,3 +245,37 @@ def test_a_gpu_holds_no_weight_per_local_edge_where_gcns_weights_factor():
     assert plan("sage", 1, True) == plan("sage", 1, False) == plan("gcn", 1, True)
     assert plan("gcn", 2, True) == plan("gcn", 2, False)
     assert plan("gcn", 1, True, False) == plan("gcn", 1, False, False)
+
+
+def test_a_gpu_ranks_host_holds_its_data_pinned_features_and_offloaded_rows(monkeypatch):
+    """A GPU job's host part (memory.plan with device): the data and the plan, the
+    features pinned where they stream, what is offloaded; a shard's mapped files (its
+    plan included, once) are read before the run offloads, so the larger phase counts;
+    check_host refuses that part, not a CPU job's activations, above the host's memory."""
+    n, e, f = 200_000, 3_000_000, 128
+    job = dict(model=MODELS["gcn"], hidden=128, dtype="bfloat16", offload=True)
+    for sharded in (False, True):
+        d = facts(n, e, features=f, classes=40, sharded=sharded, stored="bfloat16")
+        cpu = job_estimate(d, 1, "train", **job)
+        gpu = job_estimate(d, 1, "train", device=True, **job)
+        budget = {"host": 2**62, "device": gpu["total"] - 2**20}  # the features must stream
+        out = plan(d, 1, "train", budget=budget, device=True, **job)
+        (rank,) = out["per_rank"]
+        host, chunk = rank["parts"], rank["device"]["stream_rows"]
+        assert 0 < chunk < n and rank["device"]["offload"]
+        assert host["pinned"] == 2 * n * f and host["offloaded"] > 0
+        assert ("plan" in host) != sharded and host["dataset"] == cpu["dataset"]
+        rest = host["baseline"] + host["pinned"] + host.get("plan", 0)
+        if sharded:
+            assert rank["total_bytes"] == rest + max(host["dataset"], host["offloaded"])
+        else:
+            assert rank["total_bytes"] == rest + host["dataset"] + host["offloaded"]
+        assert rank["total_bytes"] < cpu["total"]  # the CPU job holds its activations
+        limit = (rank["total_bytes"] + cpu["total"]) // 2
+        monkeypatch.setenv(LIMIT_ENV, str(limit))
+        assert check_host(out, "d", "mgg train")["total"] == rank["total_bytes"]
+        with pytest.raises(ResourceError, match="mgg train on 1 rank"):
+            checked_estimate(d, 1, "train", source="d", **job)
+        monkeypatch.setenv(LIMIT_ENV, str(rank["total_bytes"] - 2**20))
+        with pytest.raises(ResourceError, match="d: mgg train needs about"):
+            check_host(out, "d", "mgg train")

@@ -106,6 +106,11 @@ def test_a_permuted_graph_is_p_a_pt_with_its_weights(rng):
     o = Order("x", perm.astype(np.int64))
     rows = rng.standard_normal((g.num_nodes, 3))
     np.testing.assert_array_equal(o.to_original(rows[perm]), rows)
+    n = random_graph(rng, 120, 900).gcn_norm()  # its weights' factors go with the nodes
+    m = n.permute(perm)
+    src, dst = m.edges()
+    np.testing.assert_allclose(m.weights, m.norm[src] * m.norm[dst], rtol=1e-6)
+    np.testing.assert_array_equal(m.norm, n.norm[perm])
 
 
 def test_rows_by_original_id_carry_the_natural_split_and_features(rng):

@@ -151,7 +151,7 @@ def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
     from ..graph.specs import dataset_source
-    from ..memory import available, checked_estimate, format_bytes, pss_mb
+    from ..memory import available, check_host, checked_estimate, format_bytes, pss_mb
     from ..partition.shards import ShardedDataset
     from ..process import fit_allocator
     from ..torch import MODELS, build_model
@@ -189,11 +189,15 @@ def main(args) -> int:
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
         bounds = ds.manifest["bounds"]
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
-    planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
-    fit_allocator(planned.returns_freed)
     device = None
-    if args.device_memory is not None or backend.gpu:
+    if backend.gpu:  # the host holds the data, the plan and what is offloaded; the GPU the run
         device = _device_plan(args, ds, comm.size, job)
+        planned = check_host(device, args.dataset, f"mgg train on {comm.size} rank(s)")
+    else:
+        planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
+        if args.device_memory is not None:
+            device = _device_plan(args, ds, comm.size, job)
+    fit_allocator(planned.returns_freed)
     mine = device["per_rank"][comm.rank]["device"] if device else {}
     num_nodes, num_edges = sizes(ds)
     dg, data = prepare(

@@ -189,7 +189,7 @@ class Graph:
     def permute(self, perm, rank=None) -> Graph:
         """The graph with original node ``perm[i]`` renamed i (perm int [N], a permutation:
         new id -> original id; ``rank``: its inverse, if known); each row's sources come out
-        sorted, weights with them."""
+        sorted, weights with them (and the norm their factors)."""
         perm = np.asarray(perm, np.int64)
         rank = inverse(perm) if rank is None else rank
         indptr = np.zeros(self.num_nodes + 1, np.int64)
@@ -203,6 +203,7 @@ class Graph:
         return Graph(
             indptr, indices, w if has_w else None, self.num_nodes,
             symmetric=self.symmetric, check=False,
+            norm=None if self.norm is None else self.norm[perm],
         )  # fmt: skip
 
     def dedup(self) -> Graph:
