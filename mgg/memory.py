@@ -196,8 +196,9 @@ BASELINE = 375 * 2**20  # python, numpy, scipy, numba, torch (no torch._dynamo),
 LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
-# a GPU's plan of a graph whose weights factor (GCN's of an unweighted graph: the plan's
-# norm) holds no weight per local edge: this many bytes fewer per local entry
+# a plan whose weights factor (GCN's of an unweighted graph: its norm and halo_norm)
+# holds no weight per edge: this many bytes fewer per entry; a GPU's per local entry
+# (a remote one's halo slot takes the weight's place)
 NORM_SAVES_PER_ENTRY = 4
 ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
 # [rows, classes] tensors: the last layer's output and its gradient over every row, and
@@ -329,9 +330,9 @@ def estimate(
     through the device in chunks of this many rows (mgg.torch.HostRows); ``offload``:
     (device, train) what the backward pass needs waits in host memory (mgg.torch.offload):
     the device holds a layer's working tensors, the host (part ``offloaded``, not in the
-    device's total) the rest; ``norms``: (device) the plan's weights factor (the model's
-    graph is gcn_norm, the graph has no weights of its own), so the GPU holds no weight
-    per local edge (counted at P = 1, where every edge is local).
+    device's total) the rest; ``norms``: the plan's weights factor (the model's graph is
+    gcn_norm, the graph has no weights of its own), so it holds none per edge, nor does
+    a GPU per local edge (counted at P = 1, where every edge is local).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -364,6 +365,7 @@ def estimate(
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
+    saved = NORM_SAVES_PER_ENTRY * directions * (entries // p) if norms else 0
     model = dict(hidden=hidden, layers=layers, heads=heads, copies=copies)
     model.update(offload_copies=offload_copies, picked_copies=picked_copies)
     model.update(edge_floats=edge_floats, params=params, largest_param=largest_param)
@@ -380,9 +382,8 @@ def estimate(
             model["streamed"] = per_row * min(int(stream), rows)
         model["offload"] = bool(offload) and command == "train"
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
-        if norms and p == 1:
-            plan -= NORM_SAVES_PER_ENTRY * directions * entries
-        return _device(command, plan, p, *args)
+        return _device(command, plan - (saved if p == 1 else 0), p, *args)
+    plan -= saved
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]

@@ -207,3 +207,23 @@ def test_rows_summed_once_equal_the_three_steps_bit_for_bit(rng, threads, dtype,
             )
     finally:
         numba.set_num_threads(before)
+
+
+def test_gcn_plans_keep_the_weights_factors_not_the_weights(rng):
+    """A gcn_norm plan keeps D^-1/2 of its rows and halo, 4 bytes a node, in place of 4
+    bytes an edge; the kernels multiply the factors per edge and sum what the weights
+    they make (held per edge) sum, bit for bit, float32 and bf16, one rank or three."""
+    g = random_graph(rng, 500, 5000, hub_src=True, isolated=3).gcn_norm()
+    x = rng.standard_normal((g.num_nodes, 20)).astype(np.float32)
+    for p in build_plan(g, 1, 8) + build_plan(g, 3, 8):
+        held = p.holding_weights()
+        assert p.local_weights is None and p.has_weights and held.norm is None
+        size = {q: sum(a.nbytes for a in q.arrays().values()) for q in (p, held)}
+        both = (p,) if p.symmetric else (p, p.transposed)
+        edges = sum(q.num_local_edges + q.num_remote_edges for q in both)
+        nodes = sum(q.num_local_nodes + q.num_halo for q in both)
+        assert size[held] - size[p] == 4 * edges - 4 * nodes > 0
+        for dtype in (np.float32, BF16):
+            xs, halo = x[p.lb : p.ub].astype(dtype), gather_halo(p, x).astype(dtype)
+            a, b = (aggregate(q, xs, "gcn", halo=halo) for q in (p, held))
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))

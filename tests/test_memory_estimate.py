@@ -229,11 +229,11 @@ def test_the_device_windows_count_what_the_cuda_designs_hold(monkeypatch):
     assert windows(4, "float32") == 2 * 4 * rows_widths
 
 
-def test_a_gpu_holds_no_weight_per_local_edge_where_gcns_weights_factor():
-    """GCN's weights of a graph without its own (the plan's norm): a GPU's plan of one
-    rank holds 4 bytes fewer per entry (its self loops included); a weighted graph's, a
-    SAGE job's, the host's and a rank of several (whose remote edges the plan does not
-    know in advance) count them as before."""
+def test_no_weight_per_edge_is_counted_where_gcns_weights_factor():
+    """GCN's weights of a graph without its own (the plan's norm): a plan holds 4 bytes
+    fewer per entry (its self loops included), on the host at any P, on a GPU at P = 1
+    (a rank of several holds a halo slot per remote edge, and which are remote the
+    estimate does not know); a weighted graph's and a SAGE job's count them as before."""
     n, e = 50_000, 600_000
     kw = dict(features=32, classes=5)
 
@@ -241,10 +241,14 @@ def test_a_gpu_holds_no_weight_per_local_edge_where_gcns_weights_factor():
         d = facts(n, e, weighted=weighted, **kw)
         return job_estimate(d, ranks, "train", model=MODELS[model], device=device)["plan"]
 
-    assert plan("gcn", 1, True) - plan("gcn", 1, False) == NORM_SAVES_PER_ENTRY * (e + n) > 0
-    assert plan("sage", 1, True) == plan("sage", 1, False) == plan("gcn", 1, True)
+    for device in (True, False):
+        saved = plan("gcn", 1, True, device) - plan("gcn", 1, False, device)
+        assert saved == NORM_SAVES_PER_ENTRY * (e + n) > 0
+        assert plan("sage", 1, True, device) == plan("sage", 1, False, device)
+        assert plan("sage", 1, False, device) == plan("gcn", 1, True, device)
     assert plan("gcn", 2, True) == plan("gcn", 2, False)
-    assert plan("gcn", 1, True, False) == plan("gcn", 1, False, False)
+    saved = plan("gcn", 2, True, False) - plan("gcn", 2, False, False)
+    assert saved == NORM_SAVES_PER_ENTRY * ((e + n) // 2)
 
 
 def test_a_gpu_ranks_host_holds_its_data_pinned_features_and_offloaded_rows(monkeypatch):

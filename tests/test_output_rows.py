@@ -35,8 +35,8 @@ def test_a_restricted_plan_holds_the_in_edges_of_its_rows_alone(rng, ps):
         got = cut.global_edges()
         for a, b in zip(got, (lsrc[want_l], ldst[want_l], rsrc[want_r], rdst[want_r]), strict=True):
             assert np.array_equal(a, b)  # the same edges, in the same order
-        assert np.array_equal(cut.local_weights, full.local_weights[want_l])
-        assert np.array_equal(cut.remote_weights, full.remote_weights[want_r])
+        (lw, rw), (cut_lw, cut_rw) = full.edge_weights(), cut.edge_weights()  # from the norms
+        assert np.array_equal(cut_lw, lw[want_l]) and np.array_equal(cut_rw, rw[want_r])
         # the halo: the remote sources read, each once, in order of first use
         _, first = np.unique(rsrc[want_r], return_index=True)
         assert np.array_equal(cut.halo_nodes, rsrc[want_r][np.sort(first)])

@@ -64,7 +64,7 @@ class CpuDesign(Design):
         """The plan's weights for 'gcn', the call's (if given), else None."""
         if self.edge_weights is not None:
             return self.edge_weights[which == "remote"]
-        return getattr(self.plan, f"{which}_weights") if op == "gcn" else None
+        return self.plan.gcn_weights(which) if op == "gcn" else None
 
     def local(self, op, k0, k1, out, plan=None) -> None:
         """Aggregate LNPs [k0, k1) from this rank's rows. ``plan``: the design's plan cut

@@ -277,7 +277,8 @@ class Graph:
 
     def gcn_norm(self) -> Graph:
         """A+I with weights D^-1/2 (A+I) D^-1/2 (Kipf & Welling; D = in-degree of A+I),
-        and, for a graph without weights, ``norm`` = D^-1/2 (float32 [N]).
+        and, for a graph without weights, ``norm`` = D^-1/2 (float32 [N]): then an edge
+        u -> v weighs norm[u] · norm[v] in float32, as plans make it.
 
         Existing self loops are replaced by one loop of weight 1 per node.
         """
@@ -287,7 +288,11 @@ class Graph:
         check_gcn_weights(int((w < 0).sum()), g.num_edges)
         deg = np.bincount(dst, weights=w, minlength=g.num_nodes)
         dinv = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
-        weights = (dinv[src] * w * dinv[dst]).astype(np.float32)
+        if g.weights is None:  # the weights factor: the float32 products plans make
+            norm = dinv.astype(np.float32)
+            weights = norm[src] * norm[dst]
+        else:
+            norm, weights = None, (dinv[src] * w * dinv[dst]).astype(np.float32)
         return Graph(
             g.indptr,
             g.indices,
@@ -296,7 +301,7 @@ class Graph:
             symmetric=self.symmetric,
             check=False,
             kind="gcn_norm",
-            norm=dinv.astype(np.float32) if g.weights is None else None,
+            norm=norm,
         )
 
     def _filter(self, keep: np.ndarray, weights=None) -> Graph:

@@ -240,7 +240,7 @@ def _graph_on_root(comm, plan: PartitionPlan) -> Graph | None:
     """The whole graph of a partition, reassembled from every rank's plan on rank 0 (the
     oracle's input); None elsewhere. Collective."""
     ls, ld, rs, rd = plan.global_edges()
-    w = (plan.local_weights, plan.remote_weights) if plan.has_weights else None
+    w = plan.edge_weights()
     mine = (
         np.concatenate([ls, rs]),
         np.concatenate([ld, rd]),

@@ -64,7 +64,7 @@ def aggregate(
         out = np.empty((n, d), x.dtype)
     elif out.shape != (n, d) or out.dtype != x.dtype:
         raise ValueError(f"out is {out.dtype} {out.shape}, expected {x.dtype} ({n}, {d})")
-    w = plan.local_weights if op == "gcn" else None if weights is None else weights[0]
+    w = plan.gcn_weights("local") if op == "gcn" else None if weights is None else weights[0]
     if not plan.num_remote_edges:  # every in-edge local: each row summed and stored once
         ptr, node, idx = plan.lnp_ptr, plan.lnp_node, plan.local_indices
         cpu.aggregate_rows(op, ptr, node, idx, w, x, out, eps, plan.in_degrees())
@@ -75,7 +75,7 @@ def aggregate(
         plan.lnp_ptr, plan.lnp_node, 0, plan.lnp_node.size, plan.local_indices, w, x, sums
     )
     if plan.num_remote_edges:
-        w = plan.remote_weights if op == "gcn" else None if weights is None else weights[1]
+        w = plan.gcn_weights("remote") if op == "gcn" else None if weights is None else weights[1]
         cpu.accumulate(
             plan.rnp_ptr, plan.rnp_node, 0, plan.rnp_node.size, plan.remote_slot, w, halo, sums
         )

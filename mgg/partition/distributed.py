@@ -137,18 +137,21 @@ def build_plan_distributed(
         t_rows = None
     if kind == "gcn_norm":
         # D^-1/2 of every node, summed in the float64 order of Graph.gcn_norm (by row)
-        dst_of_row = np.repeat(np.arange(lb, ub), np.diff(row_ptr))
-        rw = row_w if row_w is not None else np.ones(row_src.size, np.float32)
-        negative = comm.allreduce(np.array([(rw < 0).sum()], np.int64))[0]
-        check_gcn_weights(int(negative), num_edges)
-        deg = np.bincount(dst_of_row - lb, weights=rw, minlength=ub - lb)
+        if weighted:
+            dst_of_row = np.repeat(np.arange(lb, ub), np.diff(row_ptr))
+            negative = comm.allreduce(np.array([(row_w < 0).sum()], np.int64))[0]
+            check_gcn_weights(int(negative), num_edges)
+            deg = np.bincount(dst_of_row - lb, weights=row_w, minlength=ub - lb)
+        else:
+            deg = np.diff(row_ptr).astype(np.float64)
         dinv = np.zeros(n, np.float64)
         dinv[lb:ub] = np.where(deg > 0, 1.0 / np.sqrt(np.where(deg > 0, deg, 1.0)), 0.0)
         dinv = comm.allreduce(dinv)
-        if not weighted:  # the weights factor: Graph.gcn_norm's norm
+        if not weighted:  # the weights factor (Graph.gcn_norm's norm): the plans keep that
             norm = dinv.astype(np.float32)
-        row_w = _gcn_weights(dinv, row_src, dst_of_row, rw)
-        if t_rows is not None:
+        else:
+            row_w = _gcn_weights(dinv, row_src, dst_of_row, row_w)
+        if weighted and t_rows is not None:
             t_ptr, t_dst, t_w, t_src = t_rows
             tw = t_w if t_w is not None else np.ones(t_dst.size, np.float32)
             t_rows[2] = _gcn_weights(dinv, t_src, t_dst, tw)

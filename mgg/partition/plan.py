@@ -26,10 +26,9 @@ class PartitionPlan:
     lnp_ptr/node    LNP: local neighbor partitions of at most ps entries
     rnp_ptr/node    RNP: remote neighbor partitions
     norm, halo_norm float32 [n], [H] or None: where the weights factor (Graph.norm:
-                    GCN's D^-1/2), the factors of this rank's rows and of its halo's: a
-                    local edge u -> v weighs norm[u] · norm[v], a remote one
-                    halo_norm[slot] · norm[v] (what a GPU computes instead of holding
-                    the weights)
+                    GCN's D^-1/2), the factors of this rank's rows and of its halo's, in
+                    place of the weights: a local edge u -> v weighs norm[u] · norm[v], a
+                    remote one halo_norm[slot] · norm[v] (gcn_weights)
     transposed      the plan of the transposed graph over the same bounds (backward)
     """
 
@@ -94,7 +93,38 @@ class PartitionPlan:
 
     @property
     def has_weights(self) -> bool:
-        return self.local_weights is not None
+        """Whether op 'gcn' has weights here: stored, or their factors (norm)."""
+        return self.local_weights is not None or self.norm is not None
+
+    def gcn_weights(self, which: str):
+        """The weights of the 'local' or 'remote' edges as the CPU kernels take them: float32
+        [E] stored, or the factors (src, index, dst): edge e of partition node v weighs
+        src[index[e]] · dst[v]; None without weights."""
+        if self.norm is None:
+            return self.local_weights if which == "local" else self.remote_weights
+        if which == "local":
+            return self.norm, self.local_indices, self.norm
+        return self.halo_norm, self.remote_slot, self.norm
+
+    def holding_weights(self) -> PartitionPlan:
+        """This plan with its weights held per edge, made from its factors (as a weighted
+        graph's plan holds them: the two forms side by side, in tests and benchmarks)."""
+        if self.norm is None:
+            return self
+        lw, rw = self.edge_weights()
+        t = None if self._transposed is None else self._transposed.holding_weights()
+        return replace(
+            self, norm=None, halo_norm=None, local_weights=lw, remote_weights=rw, _transposed=t
+        )
+
+    def edge_weights(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(local [El], remote [Er]) float32: every edge's weight, made from the factors
+        where the plan holds those; None without weights."""
+        if self.norm is None:
+            return None if self.local_weights is None else (self.local_weights, self.remote_weights)
+        ld, rd = self.edge_dst()
+        local = self.norm[self.local_indices] * self.norm[ld]
+        return local, self.halo_norm[self.remote_slot] * self.norm[rd]
 
     @property
     def remote_pe(self) -> np.ndarray:
@@ -424,16 +454,17 @@ def _row_slice(g: Graph, lb: int, ub: int):
 
 def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None):
     """Rank ``rank``'s plan of its rows' in-edges; ``norm``: every node's factor of the
-    weights, float [N] (Graph.norm), or None."""
+    weights, float [N] (Graph.norm), which the plan then keeps in place of them, or None."""
     re: RankEdges = edge_split(indptr, indices, weights, bounds, rank, mark)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
     arrays = {k: _frozen(v) for k, v in re._asdict().items()}
-    if norm is not None:
+    if norm is not None:  # the weights' factors, not the weights
         lb, ub = int(bounds[rank]), int(bounds[rank + 1])
         halo = bounds[re.halo_pe].astype(np.int64) + re.halo_row
         arrays["norm"] = _frozen(np.array(norm[lb:ub], np.float32))
         arrays["halo_norm"] = _frozen(np.array(norm[halo], np.float32))
+        arrays["local_weights"] = arrays["remote_weights"] = None
     return PartitionPlan(
         rank=rank,
         bounds=_frozen(bounds),

@@ -197,9 +197,7 @@ class GCNConv(_GCNLike):
 def plan_weights(g) -> torch.Tensor:
     """[E] float: the plan's edge weights in ``edge_index(g)``'s order."""
     p = g.plan
-    return as_tensor(
-        _held(g, "plan_weights", lambda: (np.concatenate([p.local_weights, p.remote_weights]),))[0]
-    )
+    return as_tensor(_held(g, "plan_weights", lambda: (np.concatenate(p.edge_weights()),))[0])
 
 
 def gcn_adjacency(g, edge_weight, normalize, improved, add_self_loops, who):

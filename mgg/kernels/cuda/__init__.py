@@ -232,7 +232,7 @@ class DevicePlan:
         self.remote_pe = up(plan.remote_pe.astype(np.int32))
         self.remote_row = up(plan.remote_row.astype(np.int32))
         self.local_w = self.remote_w = self.norm = self.halo_norm = self.remote_slot = None
-        if plan.has_weights and plan.norm is not None and plan.halo_norm is not None:
+        if plan.norm is not None:
             self.norm, self.halo_norm = up(plan.norm), up(plan.halo_norm)
             self.remote_slot = up(plan.remote_slot.astype(np.int32))
         elif plan.has_weights:
