@@ -4,8 +4,6 @@
 
 Same graph, same features, same thread count; out = A @ X (sum) and the GCN-weighted
 A_hat @ X. The designs are timed round-robin (medians), so they share the machine's noise.
-GCN's plan keeps its weights' factors (D^-1/2 of each node, multiplied per edge); its
-row also times the same plan holding the weights per edge (mgg_held_ms, held_vs_norms).
 Goal: mgg >= 1.1x torch at D = 16 and 128 on an R-MAT of about 8M edges.
 Bandwidth: the traffic model counts every gathered row (E*(4+4D) + N*D*4 bytes); it is
 an upper bound on DRAM traffic, so the fraction is of the machine's STREAM triad rate.
@@ -49,7 +47,6 @@ def measure(name, g, dims, repeat, bw):
     for op, gg in (("sum", g), ("gcn", g.gcn_norm())):
         plan = build_plan(gg, 1, 16, transposed=False)[0]
         whole = plan.with_ps(max(1, gg.max_in_degree()))  # one partition per node
-        held = plan.holding_weights()  # gcn: the weights per edge, not their factors
         a = gg.to_scipy()
         if op == "sum":
             a.data[:] = 1.0
@@ -58,15 +55,15 @@ def measure(name, g, dims, repeat, bw):
             x = random_features(0, 0, gg.num_nodes, d)
             out = np.empty_like(x)
             xt = torch.from_numpy(x)
-            runs = {
-                "mgg": lambda: aggregate(plan, x, op, out=out),
-                "mgg_node": lambda: aggregate(whole, x, op, out=out),
-                "torch": lambda: torch.sparse.mm(at, xt),
-                "scipy": lambda: a @ x,
-            }
-            if held is not plan:
-                runs["mgg_held"] = lambda: aggregate(held, x, op, out=out)
-            t = compare(runs, repeat)
+            t = compare(
+                {
+                    "mgg": lambda: aggregate(plan, x, op, out=out),
+                    "mgg_node": lambda: aggregate(whole, x, op, out=out),
+                    "torch": lambda: torch.sparse.mm(at, xt),
+                    "scipy": lambda: a @ x,
+                },
+                repeat,
+            )
             t_mgg, t_torch, t_scipy = t["mgg"], t["torch"], t["scipy"]
             ref = a @ x
             err = float(np.abs(out - ref).max() / max(1.0, np.abs(ref).max()))
@@ -89,9 +86,6 @@ def measure(name, g, dims, repeat, bw):
                     "max_rel_error": err,
                 }
             )
-            if "mgg_held" in t:
-                rows[-1]["mgg_held_ms"] = t["mgg_held"] * 1e3
-                rows[-1]["held_vs_norms"] = t["mgg_held"] / t_mgg
             print(
                 f"{name:>14} {op:>3} D={d:<4} mgg {t_mgg * 1e3:8.2f} ms (node "
                 f"{t['mgg_node'] * 1e3:.2f})  torch "
@@ -161,14 +155,10 @@ def main():
             "node_vs_torch",
             "vs_scipy",
             "bw_fraction",
-            "mgg_held_ms",
-            "held_vs_norms",
         ],
         notes=f"{threads} threads for mgg and torch; scipy is single-threaded. mgg "
         "runs its plan at ps=16 (mgg_ms) and with one partition per node "
-        "(mgg_node_ms, the CPU's better setting); for gcn, mgg_held_ms is the same plan "
-        "holding its weights per edge, not their factors (held_vs_norms > 1: the factors "
-        "are faster). "
+        "(mgg_node_ms, the CPU's better setting). "
         f"STREAM triad {bw / 1e9:.1f} GB/s. bw_fraction counts every "
         "gathered row (E*(4+4D) + N*D*4 bytes) against the triad rate.",
     )

@@ -197,8 +197,9 @@ LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
 # a plan whose weights factor (GCN's of an unweighted graph: its norm and halo_norm)
-# holds no weight per edge: this many bytes fewer per entry; a GPU's per local entry
-# (a remote one's halo slot takes the weight's place)
+# holds no weight per edge: this many bytes fewer per entry, on a GPU per local entry (a
+# remote one's halo slot takes the weight's place), and on the host of a GPU job (a CPU
+# job's kernels read the weights made from the factors)
 NORM_SAVES_PER_ENTRY = 4
 ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
 # [rows, classes] tensors: the last layer's output and its gradient over every row, and
@@ -320,6 +321,7 @@ def estimate(
     stream: int = 0,
     offload: bool = False,
     norms: bool = False,
+    backend: str = "cpu",
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -331,8 +333,10 @@ def estimate(
     (device, train) what the backward pass needs waits in host memory (mgg.torch.offload):
     the device holds a layer's working tensors, the host (part ``offloaded``, not in the
     device's total) the rest; ``norms``: the plan's weights factor (the model's graph is
-    gcn_norm, the graph has no weights of its own), so it holds none per edge, nor does
-    a GPU per local edge (counted at P = 1, where every edge is local).
+    gcn_norm, the graph has no weights of its own): it keeps the factors, a GPU holds no
+    weight per local edge (counted at P = 1, where every edge is local), and the host
+    none per edge where the ``backend`` is cuda (the CPU kernels read weights made
+    from the factors, as many bytes as held).
 
     features F (dense, or ``feature_nnz`` stored values when sparse), classes C (tasks
     when ``multilabel``), hidden/layers/heads: the model (the last layer has one head);
@@ -383,7 +387,8 @@ def estimate(
         model["offload"] = bool(offload) and command == "train"
         args = (own, rows, entries // p, f, feature_nnz, c, rb, directions, dim, model)
         return _device(command, plan - (saved if p == 1 else 0), p, *args)
-    plan -= saved
+    if backend == "cuda":
+        plan -= saved
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]

@@ -230,16 +230,18 @@ def test_the_device_windows_count_what_the_cuda_designs_hold(monkeypatch):
 
 
 def test_no_weight_per_edge_is_counted_where_gcns_weights_factor():
-    """GCN's weights of a graph without its own (the plan's norm): a plan holds 4 bytes
-    fewer per entry (its self loops included), on the host at any P, on a GPU at P = 1
-    (a rank of several holds a halo slot per remote edge, and which are remote the
-    estimate does not know); a weighted graph's and a SAGE job's count them as before."""
+    """GCN's weights of a graph without its own (the plan's norm): 4 bytes fewer per entry
+    (its self loops included) on a GPU at P = 1 (a rank of several holds a halo slot per
+    remote edge, and which are remote the estimate does not know) and on a GPU job's host
+    at any P; a CPU job's kernels read weights made from the factors, as many bytes; a
+    weighted graph's and a SAGE job's count them as before."""
     n, e = 50_000, 600_000
     kw = dict(features=32, classes=5)
 
-    def plan(model, ranks, weighted, device=True):
+    def plan(model, ranks, weighted, device=True, backend="cuda"):
         d = facts(n, e, weighted=weighted, **kw)
-        return job_estimate(d, ranks, "train", model=MODELS[model], device=device)["plan"]
+        job = dict(model=MODELS[model], device=device, backend=backend)
+        return job_estimate(d, ranks, "train", **job)["plan"]
 
     for device in (True, False):
         saved = plan("gcn", 1, True, device) - plan("gcn", 1, False, device)
@@ -249,6 +251,7 @@ def test_no_weight_per_edge_is_counted_where_gcns_weights_factor():
     assert plan("gcn", 2, True) == plan("gcn", 2, False)
     saved = plan("gcn", 2, True, False) - plan("gcn", 2, False, False)
     assert saved == NORM_SAVES_PER_ENTRY * ((e + n) // 2)
+    assert plan("gcn", 1, True, False, "cpu") == plan("gcn", 1, False, False, "cpu")
 
 
 def test_a_gpu_ranks_host_holds_its_data_pinned_features_and_offloaded_rows(monkeypatch):
@@ -257,7 +260,7 @@ def test_a_gpu_ranks_host_holds_its_data_pinned_features_and_offloaded_rows(monk
     plan included, once) are read before the run offloads, so the larger phase counts;
     check_host refuses that part, not a CPU job's activations, above the host's memory."""
     n, e, f = 200_000, 3_000_000, 128
-    job = dict(model=MODELS["gcn"], hidden=128, dtype="bfloat16", offload=True)
+    job = dict(model=MODELS["gcn"], hidden=128, dtype="bfloat16", offload=True, backend="cuda")
     for sharded in (False, True):
         d = facts(n, e, features=f, classes=40, sharded=sharded, stored="bfloat16")
         cpu = job_estimate(d, 1, "train", **job)

@@ -90,6 +90,7 @@ def main(args) -> int:
     kw.update(recompute=args.recompute, output_rows=args.output_rows, offload=args.offload)
     if args.job != "train":
         kw = {k: kw[k] for k in ("dim", "dtype", "order")}
+    kw["backend"] = args.backend
     out = plan(
         facts,
         args.np,

@@ -191,12 +191,12 @@ def main(args) -> int:
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     device = None
     if backend.gpu:  # the host holds the data, the plan and what is offloaded; the GPU the run
-        device = _device_plan(args, ds, comm.size, job)
+        device = _device_plan(args, ds, comm.size, job, backend.name)
         planned = check_host(device, args.dataset, f"mgg train on {comm.size} rank(s)")
     else:
         planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
         if args.device_memory is not None:
-            device = _device_plan(args, ds, comm.size, job)
+            device = _device_plan(args, ds, comm.size, job, backend.name)
     fit_allocator(planned.returns_freed)
     mine = device["per_rank"][comm.rank]["device"] if device else {}
     num_nodes, num_edges = sizes(ds)
@@ -334,7 +334,7 @@ def main(args) -> int:
     return 0
 
 
-def _device_plan(args, ds, ranks: int, job: dict) -> dict:
+def _device_plan(args, ds, ranks: int, job: dict, backend: str) -> dict:
     """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
     rank's device holds, and how many rows of streamed features a chunk holds where the
     features do not fit. Refused when even streaming does not fit with --device-memory
@@ -349,7 +349,7 @@ def _device_plan(args, ds, ranks: int, job: dict) -> dict:
     budget, how = device_budget(args.device_memory, DEVICE_DEFAULT, local_size())
     bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
     out = plan(ds, ranks, "train", budget={"host": 2**62, "device": budget}, device=True,
-               bounds=bounds, **job)  # fmt: skip
+               bounds=bounds, backend=backend, **job)  # fmt: skip
     out["budget_how"] = how
     if out["fits"]:
         return out

@@ -16,7 +16,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from ..precision import accumulator, bits
 from .bf16 import load, put
@@ -62,8 +62,7 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     part_ptr int64 [K+1], part_node int32 [K]  neighbor partitions (LNP or RNP)
     indices  int [E]    rows of ``src`` (local rows, or halo slots)
     weights  float32 [E], or [E, H] per head (D = H·C: column j takes w[e, j // C]),
-             or GCN's factors (src, index, dst): w_e = src[index[e]] · dst[node[k]]
-             (PartitionPlan.gcn_weights), or None
+             or None
     src      [R, D] rows read (float32, float64, or bf16: widened on load)
     out      [n, D] the sums (float32 for bf16 rows; both C-contiguous)
     Partitions are spread over threads in edge-balanced chunks (a static schedule: a
@@ -113,7 +112,7 @@ def _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold) -> 
     nchunks = min(numba.get_num_threads() * 32, k1 - k0)
     if weights is None:
         _run(part_ptr, part_node, k0, k1, nchunks, indices, src, out, fold)
-    elif isinstance(weights, tuple) or weights.ndim == 1:
+    elif weights.ndim == 1:
         _run_w(part_ptr, part_node, k0, k1, nchunks, indices, weights, src, out, fold)
     else:
         if d % weights.shape[1]:
@@ -299,18 +298,6 @@ def _accumulate(part_ptr, part_node, cuts, indices, src, out, carry, head, fold)
             _end_node(part_node, k, c, c1, tail, row, cf, hf, tf, d, fold)
 
 
-def _edge_weight(weights, e, v):
-    """Edge e's weight, of partition node v: weights[e] (float32 [E]), or from GCN's
-    factors (src, index, dst): src[index[e]] · dst[v] (PartitionPlan.gcn_weights)."""
-
-
-@overload(_edge_weight, inline="always")
-def _edge_weight_of(weights, e, v):
-    if isinstance(weights, types.Array):
-        return lambda weights, e, v: weights[e]
-    return lambda weights, e, v: weights[0][weights[1][e]] * weights[2][v]
-
-
 @numba.njit(cache=True, parallel=True, fastmath=True)
 def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, head, fold):
     d = np.uint64(carry.shape[1])
@@ -336,9 +323,7 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, 
                 b1 = np.uint64(indices[e + 1]) * d
                 b2 = np.uint64(indices[e + 2]) * d
                 b3 = np.uint64(indices[e + 3]) * d
-                v = part_node[k]
-                w0, w1 = _edge_weight(weights, e, v), _edge_weight(weights, e + 1, v)
-                w2, w3 = _edge_weight(weights, e + 2, v), _edge_weight(weights, e + 3, v)
+                w0, w1, w2, w3 = weights[e], weights[e + 1], weights[e + 2], weights[e + 3]
                 for j in range(d):
                     dst[base + j] += (w0 * load(sf, b0 + j) + w1 * load(sf, b1 + j)) + (
                         w2 * load(sf, b2 + j) + w3 * load(sf, b3 + j)
@@ -346,7 +331,7 @@ def _accumulate_w(part_ptr, part_node, cuts, indices, weights, src, out, carry, 
                 e += 4
             while e < e1:
                 b0 = np.uint64(indices[e]) * d
-                w0 = _edge_weight(weights, e, part_node[k])
+                w0 = weights[e]
                 for j in range(d):
                     dst[base + j] += w0 * load(sf, b0 + j)
                 e += 1
