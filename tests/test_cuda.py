@@ -93,9 +93,10 @@ def compiled_classes(ptxas_log: str) -> dict[str, set[tuple[int, int]]]:
 
 @pytest.mark.compile
 @pytest.mark.skipif(NVCC is None, reason="nvcc not installed")
-@pytest.mark.parametrize("weighted", [0, 1, NORMS])
+@pytest.mark.parametrize("weighted", [1, NORMS])
 def test_p2p_kernel_compiles_for_sm80_and_sm90(tmp_path, weighted):
-    """Every width class's kernel, and the launcher's mgg_aggregate, for sm_80 and sm_90."""
+    """Every width class's kernel, and the launcher's mgg_aggregate, for sm_80 and sm_90
+    (the unweighted variant, the weighted one's code less the weights: with NVRTC 13)."""
     assert {(4, 16), (4, 128), (4, 256), (4, 0), (1, 1), (1, 64), (1, 0)} <= set(CLASSES)
     cmd = [
         NVCC,

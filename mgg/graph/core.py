@@ -31,9 +31,10 @@ class Graph:
                             (weights included); None when unknown
     kind                    what job_graph made of it (GRAPH_KINDS): 'as_is' unless
                             its loops or weights were set for a model
-    norm    float32 [N]     optional: weights that factor as norm[u] * norm[v] (gcn_norm
-                            of an unweighted graph: D^-1/2), which a GPU computes per edge
-                            instead of holding them; kept by nothing that changes edges
+    norm    float32 [N]     optional: the factors of weights that are norm[u] * norm[v]
+                            (gcn_norm of an unweighted graph: D^-1/2), which plans keep in
+                            place of the weights; kept by permute, by nothing that changes
+                            edges
     """
 
     __slots__ = ("indptr", "indices", "weights", "num_nodes", "symmetric", "kind", "norm")

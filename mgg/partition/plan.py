@@ -112,7 +112,7 @@ class PartitionPlan:
 
     def holding_weights(self) -> PartitionPlan:
         """This plan with its weights held per edge, made from its factors (as a weighted
-        graph's plan holds them: the two forms side by side, in tests and benchmarks)."""
+        graph's plan holds them: the two forms side by side, in tests)."""
         if self.norm is None:
             return self
         lw, rw = self.edge_weights()
