@@ -787,7 +787,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                     host.pop("plan", None)
                 if off:
                     host["offloaded"] = gpu.pop("offloaded")
-                if chunk:  # HostRows: the rank's features, pinned
+                if chunk and kw.get("backend") == "cuda":  # HostRows: its features, pinned
                     rb = row_dtype(kw.get("dtype") or "float32").itemsize
                     host["pinned"] = rb * rows * d["features"]
                 host["total"] = _host_total(host, d["sharded"])
