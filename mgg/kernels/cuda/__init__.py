@@ -436,20 +436,20 @@ def aggregate_halo(
             weights = [cupy.asarray(w) for w in weights]  # takes cupy arrays only
         weights = check_edge_weights(plan, weights, d, cupy)
     bf16 = holds_bf16(x)
-    rows = np.dtype(np.uint16 if bf16 else np.float32)
+    held = np.dtype(np.uint16 if bf16 else np.float32)  # the rows' storage on the device
     if halo is None:
-        halo = np.zeros((1, d), rows)
+        halo = np.zeros((1, d), held)
     if holds_bf16(halo) != bf16:
         raise ValueError(f"x holds {x.dtype} rows but the halo {halo.dtype}: give both in one")
-    xd, hd = (cupy.ascontiguousarray(cupy.asarray(bits(a), rows)) for a in (x, halo))
+    xd, hd = (cupy.ascontiguousarray(cupy.asarray(bits(a), held)) for a in (x, halo))
     dp = DevicePlan(plan, dist, rows)
     dp.remote_pe = cupy.zeros(plan.num_remote_edges, cupy.int32)
     dp.remote_row = cupy.asarray(plan.remote_slot.astype(np.int32))
     peers = cupy.asarray(np.array([hd.data.ptr], np.uint64))
     cfg = launch_config(
-        plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev, itemsize=rows.itemsize
+        plan.ps, dist, wpb, d, plan.lnp_node.size, plan.rnp_node.size, dev, itemsize=held.itemsize
     )
-    out = cupy.empty((n, d), rows) if out is None else out
+    out = cupy.empty((n, d), held) if out is None else out
     acc = cupy.empty(max(dp.rows * d, 1), cupy.float32) if bf16 else None
     run(dp, xd, peers, out, op, eps, cfg, dev_id, weights=weights, acc=acc)
     return out
