@@ -41,6 +41,20 @@ def shared_dataset(name: str) -> Path:
     return p
 
 
+def held_weights(plan):
+    """``plan`` (and its transposed plan) with GCN's weights held per edge, made from its
+    factors (norm, halo_norm), as a weighted graph's plan holds them."""
+    from dataclasses import replace
+
+    if plan.norm is None:
+        return plan
+    lw, rw = plan.edge_weights()
+    t = None if plan._transposed is None else held_weights(plan._transposed)
+    return replace(
+        plan, norm=None, halo_norm=None, local_weights=lw, remote_weights=rw, _transposed=t
+    )
+
+
 def random_graph(rng, n, e, *, hub_src=False, hub_dst=False, self_loops=True, isolated=0):
     """A messy random graph: duplicates, optional hubs, self loops, isolated tail nodes."""
     m = max(n - isolated, 1)

@@ -27,7 +27,7 @@ from mgg.partition import build_plan
 from mgg.precision import BF16
 from mgg.tuner import known_gpu
 
-from conftest import ROOT, assert_agg_close, gpu, random_graph, virtual_design
+from conftest import ROOT, assert_agg_close, gpu, held_weights, random_graph, virtual_design
 
 NVCC = shutil.which("nvcc")
 
@@ -376,7 +376,7 @@ class Emulated(Launches):
     def mgg_aggregate(self, x, lp, ln, lx, nl, li, lw, rp, rn, rx, nr, pe, rr, rw, slot, peers,
                       out, row0, dim, dist, *rest):  # fmt: skip
         sums, heads = _rows_of(out, dim), int(rest[-1])
-        norms = self.modules[-1][0] == 2  # MGG_WEIGHTED 2: norm[u] · norm[v], no edge weights
+        norms = self.modules[-1][0] == NORMS  # norm[u] · norm[v], no edge weights
         kinds = [
             (lp, ln, lx, nl, lw, lambda e: li[e], lambda e: _floats(x[li[e]])),
             (rp, rn, rx, nr, rw, lambda e: slot[e], lambda e: _floats(peers[pe[e]][rr[e]])),
@@ -443,7 +443,7 @@ def test_gcn_weights_from_norms_give_the_held_weights_sums(rng, monkeypatch):
         np.testing.assert_allclose(lw, (deg[ls] * deg[ld]) ** -0.5, rtol=1e-6)
         np.testing.assert_allclose(rw, (deg[rs] * deg[rd]) ** -0.5, rtol=1e-6)
         dp = kc.DevicePlan(p, 2)
-        held = kc.DevicePlan(p.holding_weights(), 2)
+        held = kc.DevicePlan(held_weights(p), 2)
         assert dp.local_w is dp.remote_w is None and held.norm is None
         cfg = launch_config(4, 2, 4, d, p.lnp_node.size, p.rnp_node.size, h100, "p2p")
         got = []
@@ -496,7 +496,7 @@ def test_launcher_arguments_match_the_compiled_kernel_signature(rng, monkeypatch
     g = random_graph(rng, 300, 3000).gcn_norm()
     plan = build_plan(g, 3, 8)[1]
     dp = kc.DevicePlan(plan, 2)  # GCN's weights from the plan's norms
-    held = kc.DevicePlan(plan.holding_weights(), 2)  # the weights held per edge
+    held = kc.DevicePlan(held_weights(plan), 2)  # the weights held per edge
     d = 20
     cfg = launch_config(8, 2, 4, d, plan.lnp_node.size, plan.rnp_node.size, known_gpu("H100"), mode)
     x = np.zeros((plan.num_local_nodes, d), np.float32)

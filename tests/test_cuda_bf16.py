@@ -49,7 +49,7 @@ from mgg.partition import build_plan
 from mgg.precision import BF16, BF16_MAX
 from mgg.tuner import known_gpu
 
-from conftest import gpu, random_graph, virtual_design
+from conftest import gpu, held_weights, random_graph, virtual_design
 
 # every bf16 width class the launcher picks, for some D and heads
 BF16_CLASSES = sorted(
@@ -822,7 +822,7 @@ def test_gcn_weights_from_norms_on_the_gpu(rng):
     plans = build_plan(g, 1, 8) + build_plan(g, 3, 8)
     for p in plans + [plans[2].restricted(np.arange(0, plans[2].num_local_nodes, 2))]:
         assert DevicePlan(p, 2).local_w is None and p.norm is not None
-        held = p.holding_weights()
+        held = held_weights(p)
         halo = gather_halo(p, x)
         for dtype in (np.float32, BF16):
             xs, hs = x[p.lb : p.ub].astype(dtype), halo.astype(dtype)

@@ -153,8 +153,7 @@ def build_plan_distributed(
             row_w = _gcn_weights(dinv, row_src, dst_of_row, row_w)
         if weighted and t_rows is not None:
             t_ptr, t_dst, t_w, t_src = t_rows
-            tw = t_w if t_w is not None else np.ones(t_dst.size, np.float32)
-            t_rows[2] = _gcn_weights(dinv, t_src, t_dst, tw)
+            t_rows[2] = _gcn_weights(dinv, t_src, t_dst, t_w)
 
     mark = np.full(n, -1, np.int32)
     args = (rank, bounds, ps, num_edges)

@@ -110,17 +110,6 @@ class PartitionPlan:
             self.__dict__["_made_weights"] = local, self.halo_norm[self.remote_slot] * self.norm[rd]
         return self.__dict__["_made_weights"][which == "remote"]
 
-    def holding_weights(self) -> PartitionPlan:
-        """This plan with its weights held per edge, made from its factors (as a weighted
-        graph's plan holds them: the two forms side by side, in tests)."""
-        if self.norm is None:
-            return self
-        lw, rw = self.edge_weights()
-        t = None if self._transposed is None else self._transposed.holding_weights()
-        return replace(
-            self, norm=None, halo_norm=None, local_weights=lw, remote_weights=rw, _transposed=t
-        )
-
     def edge_weights(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(local [El], remote [Er]) float32: every edge's weight (gcn_weights); None
         without weights."""

@@ -308,21 +308,21 @@ def run(
         raise ValueError(
             f"bfloat16 rows sum into a float32 accumulator: pass acc [>= {dplan.rows * d}]"
         )
+    heads = 1
     if weights is not None:
         if op != "sum":
             raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
-        local_w, remote_w = weights
+        (local_w, remote_w), weighted = weights, 1
         heads = 1 if local_w.ndim == 1 else local_w.shape[1]
         if heads < 1 or d % heads:
             raise ValueError(f"{heads} heads do not divide the feature width {d}")
     elif op == "gcn" and dplan.norm is not None:
-        local_w, remote_w, heads = dplan.norm, dplan.halo_norm, 1
+        local_w, remote_w, weighted = dplan.norm, dplan.halo_norm, NORMS
     elif op == "gcn":
-        local_w, remote_w, heads = dplan.local_w, dplan.remote_w, 1
+        local_w, remote_w, weighted = dplan.local_w, dplan.remote_w, 1
     else:
         local_w = remote_w = None
-        heads = 1
-    weighted = 0 if local_w is None else NORMS if local_w is dplan.norm else 1
+        weighted = 0
     mod = load_module(device_id, weighted, cfg.mode, width_class(d, heads, cfg.itemsize), bf16=bf16)
     i64, i32, f32 = np.int64, np.int32, np.float32
     null = np.uint64(0)  # no weights: a null pointer, nothing allocated per launch

@@ -541,13 +541,31 @@ struct SourceNorms {
     __device__ __forceinline__ float operator()(int t, int) const { return __ldg(norm + idx[t]); }
 };
 
+// A partition's weights from edge e0 (w: the local or remote ones; src: its edges' source
+// rows or halo slots) and the factor of its sum for node v (norm: the PE's rows' norm):
+// MGG_WEIGHTED 2, the sources' norms and norm[v]; else w's per edge, and 1
+#if MGG_WEIGHTED == 2
+typedef SourceNorms PartWeights;
+__device__ __forceinline__ PartWeights part_weights(const float* w, const int* src, i64, int) {
+    return SourceNorms{w, src};
+}
+__device__ __forceinline__ float node_factor(const float* norm, i64 v) { return __ldg(norm + v); }
+#else
+typedef EdgeWeights PartWeights;
+__device__ __forceinline__ PartWeights part_weights(const float* w, const int*, i64 e0,
+                                                    int heads) {
+    return edge_weights(w, e0, heads);
+}
+__device__ __forceinline__ float node_factor(const float*, i64) { return 1.0f; }
+#endif
+
 // The partition of edges [e0, e1): at the lane's columns c, or (W = 0) at every slab's in
 // turn; row(t), wt(t, h) and post as for reduce_cols
 template <class C, bool GLOBAL, typename RowFn, typename WeightFn>
 __device__ __forceinline__ void reduce_partition(RowFn row, WeightFn wt, i64 e0, i64 e1,
                                                  float* __restrict__ out, i64 node, int dim,
                                                  bool excl, const Cols<C>& c, int lane,
-                                                 int heads, float post = 1.0f) {
+                                                 int heads, float post) {
     const int n = (int)(e1 - e0);  // at most ps
     if constexpr (C::WIDTH != 0) {
         reduce_cols<C, GLOBAL>(row, wt, n, out, node, dim, excl, c, lane / C::LANES, post);
@@ -601,15 +619,10 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             const i64 e0 = lnp_ptr[k];
             const int* idx = local_idx + e0;
             auto row = [&](int t) { return x + (i64)__ldg(idx + t) * dim; };
-#if MGG_WEIGHTED == 2  // norm[u], and norm[v] once on the partition's sum
-            const SourceNorms wt{local_w, idx};
-            const float post = __ldg(local_w + lnp_node[k]);
-#else
-            const EdgeWeights wt = edge_weights(local_w, e0, heads);
-            const float post = 1.0f;
-#endif
-            reduce_partition<C, true>(row, wt, e0, lnp_ptr[k + 1], out, lnp_node[k] - row0,
-                                      dim, lnp_excl[k], cols, lane, heads, post);
+            reduce_partition<C, true>(row, part_weights(local_w, idx, e0, heads), e0,
+                                      lnp_ptr[k + 1], out, lnp_node[k] - row0, dim,
+                                      lnp_excl[k], cols, lane, heads,
+                                      node_factor(local_w, lnp_node[k]));
         }
         if (k < n_rnp) {
             const i64 e0 = rnp_ptr[k];
@@ -618,15 +631,10 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                 const row_t* base = (const row_t*)__ldg(peer_ptrs + __ldg(pe + t));
                 return base + (i64)__ldg(rr + t) * dim;
             };
-#if MGG_WEIGHTED == 2
-            const SourceNorms wt{remote_w, remote_slot + e0};
-            const float post = __ldg(local_w + rnp_node[k]);
-#else
-            const EdgeWeights wt = edge_weights(remote_w, e0, heads);
-            const float post = 1.0f;
-#endif
-            reduce_partition<C, true>(row, wt, e0, rnp_ptr[k + 1], out, rnp_node[k] - row0,
-                                      dim, rnp_excl[k], cols, lane, heads, post);
+            reduce_partition<C, true>(row, part_weights(remote_w, remote_slot + e0, e0, heads),
+                                      e0, rnp_ptr[k + 1], out, rnp_node[k] - row0, dim,
+                                      rnp_excl[k], cols, lane, heads,
+                                      node_factor(local_w, rnp_node[k]));
         }
     }
 }
@@ -674,15 +682,9 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
             for (i64 t = lane; t < e1 - e0; t += 32) ids[t] = local_idx[e0 + t];
             __syncwarp();
             auto row = [&](int t) { return x + (i64)ids[t] * dim; };
-#if MGG_WEIGHTED == 2  // norm[u], and norm[v] once on the partition's sum
-            const SourceNorms wt{local_w, ids};
-            const float post = __ldg(local_w + lnp_node[k]);
-#else
-            const EdgeWeights wt = edge_weights(local_w, e0, heads);
-            const float post = 1.0f;
-#endif
-            reduce_partition<C, true>(row, wt, e0, e1, out, lnp_node[k] - row0, dim,
-                                      lnp_excl[k], cols, lane, heads, post);
+            reduce_partition<C, true>(row, part_weights(local_w, ids, e0, heads), e0, e1, out,
+                                      lnp_node[k] - row0, dim, lnp_excl[k], cols, lane, heads,
+                                      node_factor(local_w, lnp_node[k]));
             __syncwarp();
         }
         if (k < k_end) {
@@ -694,15 +696,10 @@ __device__ __forceinline__ void aggregate(MGG_AGGREGATE_PARAMS) {
                                 staging + (i64)((i + 1) & 1) * ps * dim, dim);
             const i64 e0 = rnp_ptr[k];
             auto row = [&](int t) { return (const row_t*)cur + (i64)t * dim; };
-#if MGG_WEIGHTED == 2
-            const SourceNorms wt{remote_w, remote_slot + e0};
-            const float post = __ldg(local_w + rnp_node[k]);
-#else
-            const EdgeWeights wt = edge_weights(remote_w, e0, heads);
-            const float post = 1.0f;
-#endif
-            reduce_partition<C, false>(row, wt, e0, rnp_ptr[k + 1], out, rnp_node[k] - row0,
-                                       dim, rnp_excl[k], cols, lane, heads, post);
+            reduce_partition<C, false>(row, part_weights(remote_w, remote_slot + e0, e0, heads),
+                                       e0, rnp_ptr[k + 1], out, rnp_node[k] - row0, dim,
+                                       rnp_excl[k], cols, lane, heads,
+                                       node_factor(local_w, rnp_node[k]));
             __syncwarp();
         }
     }
