@@ -8,7 +8,12 @@ where present (featureless: one-hot node ids, so the first layer has nodes*hidde
 weights), and compares each rank's peak RSS (VmHWM) with ``memory_estimate_mb``. A run
 whose estimate exceeds --max-mb is skipped. Writes bench/results/memory_estimate.{json,md,png}.
 
+With ``--command check``, the same for ``mgg check`` (rank 0 holds the scipy oracle) on an
+R-MAT graph (--check-graph): every design or one (pipelined), float32 or bfloat16, each op,
+a node order, over --ranks and --dims. Writes memory_estimate-check.{json,md,png}.
+
     python bench/memory_estimate.py [--hidden 16,256,1024,4096] [--models gcn,sage,gin,gat]
+    python bench/memory_estimate.py --command check [--ranks 1,2,4] [--dims 16,64]
 """
 
 from __future__ import annotations
@@ -73,18 +78,86 @@ def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int) -> d
     }
 
 
+# mgg check's cases: (label, its flags), each at every --dims and --ranks
+CHECK_CASES = (
+    ("all designs", ()),
+    ("pipelined", ("--designs", "pipelined")),
+    ("bfloat16", ("--dtype", "bfloat16")),
+    ("every op", ("--op", "all")),
+    ("rcm order", ("--order", "rcm")),
+)
+
+
+def check_runs(args) -> None:
+    """``--command check``: mgg check's estimate against its ranks' peaks."""
+    rows = []
+    for label, flags in CHECK_CASES:
+        for dim in map(int, args.dims.split(",")):
+            for p in map(int, args.ranks.split(",")):
+                res = mgg_json(p, "check", args.check_graph, "--dim", dim, "--repeat", "1",
+                               *flags, env={"MGG_MEMORY_LIMIT": "1T"})  # fmt: skip
+                peak, est = max(res["peak_rss_mb"]), res["memory_estimate_mb"]
+                r = {"case": label, "flags": list(flags), "dim": dim, "np": p,
+                     "peak_rss_mb": res["peak_rss_mb"], "memory_estimate_mb": est,
+                     "ratio": est / peak}  # fmt: skip
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+    heads = ["case", "D", "P", "peak RSS, rank 0 (MB)", "largest other rank (MB)",
+             "estimate (MB)", "ratio"]  # fmt: skip
+    table = [
+        dict(zip(heads, (r["case"], r["dim"], r["np"], round(r["peak_rss_mb"][0]),
+                         round(max(r["peak_rss_mb"][1:], default=0)) or "",
+                         round(r["memory_estimate_mb"]), round(r["ratio"], 2)), strict=True))
+        for r in rows
+    ]  # fmt: skip
+    ratios = [r["ratio"] for r in rows]
+    notes = (
+        f"`mgg check {args.check_graph} --repeat 1` with each case's flags. ratio: estimate / "
+        "peak RSS of the largest rank (VmHWM; rank 0, which holds the scipy oracle). "
+        f"Ratios {min(ratios):.2f} to {max(ratios):.2f}."
+    )
+    write_results("memory_estimate-check", {"runs": rows, "args": vars(args)}, table, heads, notes)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        dims = sorted({r["dim"] for r in rows})
+        fig, axes = plt.subplots(1, len(dims), figsize=(4.5 * len(dims), 3.5), squeeze=False)
+        for ax, dim in zip(axes[0], dims, strict=True):
+            for label, _ in CHECK_CASES:
+                rs = [r for r in rows if r["case"] == label and r["dim"] == dim]
+                ax.plot([r["np"] for r in rs], [r["ratio"] for r in rs], "o-", label=label)
+            ax.axhspan(0.8, 1.2, color="0.9")
+            ax.set(title=f"mgg check, D = {dim}", xlabel="ranks P", ylim=(0.5, 1.5))
+            ax.set_ylabel("estimate / peak RSS")
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(ROOT / "bench" / "results" / "memory_estimate-check.png", dpi=120)
+    except ImportError:
+        pass
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--command", choices=["train", "check"], default="train")
+    ap.add_argument("--check-graph", default="rmat:scale=20,ef=8")
+    ap.add_argument("--dims", default="16,64", help="check's widths D")
     ap.add_argument("--hidden", default="16,256,1024,4096")
     ap.add_argument("--models", default="gcn,sage,gin,gat")
     ap.add_argument("--graphs", default="planted,pubmed")
-    ap.add_argument("--ranks", default="1")
+    ap.add_argument("--ranks", default=None, help="default: 1 (train), 1,2,4 (check)")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--floats", type=int, default=2**23, help="per [nodes, hidden*heads]")
     ap.add_argument("--max-nodes", type=int, default=100_000)
     ap.add_argument("--max-mb", type=float, default=4600, help="skip runs estimated above")
     args = ap.parse_args()
     os.environ.setdefault("MGG_MEMORY_LIMIT", "1T")  # this process only estimates
+    if args.command == "check":
+        args.ranks = args.ranks or "1,2,4"
+        return check_runs(args)
+    args.ranks = args.ranks or "1"
     rows, skipped = [], []
     for model in args.models.split(","):
         for hidden in map(int, args.hidden.split(",")):

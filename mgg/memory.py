@@ -193,6 +193,7 @@ def csr_bytes(num_nodes: int, num_edges: int, weighted: bool = False, build: boo
 # Calibrated against VmHWM of `mgg train` / `check` / `partition` on planted graphs and
 # pubmed, hidden 16 to 4096 (bench/memory_estimate.py): bytes per unit of each part.
 BASELINE = 375 * 2**20  # python, numpy, scipy, numba, torch (no torch._dynamo), mpi4py
+CHECK_BASELINE = 190 * 2**20  # mgg check's: no torch
 LOAD_PER_EDGE = 12  # the generator's or reader's edge arrays and CSR build
 JOB_PER_ENTRY = 20  # job_graph (self loops, gcn weights): the new CSR and its build
 PLAN_PER_ENTRY = 11  # local + remote CSRs, weights, neighbor partitions (per direction)
@@ -238,6 +239,14 @@ DEVICE_BASELINE = 640 * 2**20
 STREAM_COPIES = 3
 # the smallest chunk worth a copy (or all of a rank's rows, when it has fewer)
 STREAM_MIN_ROWS = 1024
+# mgg check's rank 0, bytes per value of the [N, D] rows: the scipy oracle's float64
+# features and sums, then the sums beside the gathered float32 output (12) and 4 more
+# (measured on rmat scale 20, D = 16 and 64, P = 1, 2, 4: estimate / peak 0.86-1.18,
+# bench/memory_estimate.py --command check); per edge of a sharded graph reassembled
+# there, what its gathered edge arrays take
+CHECK_ORACLE = 16
+CHECK_ORACLE_AFTER = 16
+CHECK_GATHERED_PER_EDGE = 40
 # a model reads dense input features held on its device a chunk at a time (mgg.torch.
 # ChunkedRows: dropout and the first GEMM per chunk, the dropout again in the backward)
 # when their dropped-out copy would take this many bytes or more and its first layer
@@ -322,6 +331,8 @@ def estimate(
     offload: bool = False,
     norms: bool = False,
     backend: str = "cpu",
+    designs: int = 1,
+    ops: tuple = ("sum",),
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -345,7 +356,7 @@ def estimate(
     (attention); ``params``: its parameters (default: dense layers F -> hidden*heads ... ->
     C), each held with its gradient and ``optimizer``'s state, and ``largest_param``
     (default: the widest layer's) once more while its gradient is stored; ``dim``: check's
-    width D;
+    width D; ``designs``: how many check sets up at once; ``ops``: check's ops;
     ``sharded``: rank r maps only its shard (no whole dataset, no partitioning);
     ``makes_split``: the dataset has no masks, so make_split counts per class;
     ``dtype``: the job's rows (bfloat16: 2 bytes each; weights, optimizer state and the
@@ -365,7 +376,8 @@ def estimate(
     rb, fb = row_dtype(dtype).itemsize, row_dtype(stored).itemsize  # bytes per value
     x = 8 * feature_nnz + 8 * (n + 1) if feature_nnz is not None else fb * n * f
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
-    part = Parts(baseline=BASELINE)
+    base = CHECK_BASELINE if command == "check" else BASELINE
+    part = Parts(baseline=base)
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
@@ -389,6 +401,8 @@ def estimate(
         return _device(command, plan - (saved if p == 1 else 0), p, *args)
     if backend == "cuda":
         plan -= saved
+    if command == "check":
+        _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops)
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]
@@ -423,14 +437,29 @@ def estimate(
             windows = directions * rb * sum(widths) * n
         part["windows"] = windows
         run = part["dataset"] + plan + act + windows + part["model"]
-    elif command == "check":
-        windows = 2 * rb * dim * (rows + (n - rows if p > 1 else 0))
-        part["windows"] = windows
-        run = part["dataset"] + plan + (3 * rb + 4) * dim * rows + windows  # x, out, float32 sums
+    elif command == "check":  # rank 0's oracle, then its sums beside each design's output
+        part["windows"] = designs * rb * dim * (2 * rows + (n - rows if p > 1 else 0))
+        held = part["dataset"] + plan + part["rows"]
+        held += part.get("gcn_graph", 0) + part.get("oracle_graph", 0)
+        run = held + max(part["oracle"], CHECK_ORACLE_AFTER * n * dim + part["windows"])
     elif command == "partition":
         run = part["dataset"] + part["plan"] + node_data
-    part["total"] = BASELINE + max(load, build, run) + part.get("make_split", 0)
+    part["total"] = base + max(load, build, run) + part.get("make_split", 0)
     return part
+
+
+def _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops) -> None:
+    """Adds what ``mgg check`` holds on a host beside the dataset and the plan: its rows
+    (the input, and the output widened to float32 where the designs' are not: bf16, a
+    GPU's), a gcn_norm graph for op 'gcn', and rank 0's scipy oracle at its peak (float64
+    features, sums and values; for a sharded dataset the graph it reassembles)."""
+    widened = backend == "cuda" or rb != 4
+    part["rows"] = (rb + (4 if widened else 0)) * dim * rows
+    if "gcn" in ops and not sharded:
+        part["gcn_graph"] = csr_bytes(n, entries, weighted=True, build=False) + 4 * n
+    part["oracle"] = CHECK_ORACLE * n * dim + 8 * entries
+    if sharded:  # its edges gathered from every rank, then a graph
+        part["oracle_graph"] = csr_bytes(n, e, weighted=True) + CHECK_GATHERED_PER_EDGE * e
 
 
 def _train_parts(
@@ -734,7 +763,9 @@ def _held() -> int:
 
 
 # ---- the memory plan --------------------------------------------------------------------
-HOST_PARTS = ("baseline", "dataset", "plan", "order", "make_split")  # a cuda rank's host
+# a cuda rank's host (the last four: mgg check's)
+HOST_PARTS = ("baseline", "dataset", "plan", "order", "make_split", "rows", "gcn_graph", "oracle",
+              "oracle_graph")  # fmt: skip
 
 
 def rank_rows(num_nodes: int, ranks: int, bounds=None) -> list[int]:
@@ -846,9 +877,10 @@ def _fits(per_rank: list, budget: dict) -> bool:
 def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
     """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, the output
     layer for the labeled rows only (a model whose last layer can: GCN, SAGE), fewer
-    hidden units (halved, down to 8), or more ranks (up to 64x, when each has its own
-    budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does. Not --recompute: two
-    layers peak in the backward pass with or without it (docs/data.md)."""
+    hidden units (halved, down to 8), one design checked at a time, or more ranks (up to
+    64x, when each has its own budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none
+    does. Not --recompute: two layers peak in the backward pass with or without it
+    (docs/data.md)."""
     device = "device" in budget
     tries = []
     if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":
@@ -863,6 +895,8 @@ def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
         and labeled < d["n"]
     ):
         tries.append(("--output-rows labeled", ranks, {"output_rows": "labeled"}))
+    if command == "check" and kw.get("designs", 1) > 1:
+        tries.append(("--designs pipelined", ranks, {"designs": 1}))
     hidden = kw.get("hidden") or getattr(kw.get("model"), "hidden", None)
     while command == "train" and hidden and hidden > 8:
         hidden //= 2

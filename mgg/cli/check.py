@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .common import (
+    device_plan,
     emit,
     format_table,
     graph_args,
@@ -40,7 +41,7 @@ def main(args) -> int:
     from ..backend import get_backend
     from ..harness.check import check
     from ..kernels import OPS
-    from ..memory import check_job
+    from ..memory import check_host, checked_estimate, peak_rss_mb
 
     backend = get_backend(args.backend)
     every = args.window == "all"
@@ -53,15 +54,19 @@ def main(args) -> int:
         raise ValueError("--window all compares the MPI windows of the cpu backend")
     comm = backend.comm(knobs)  # first: from here on a failing rank aborts the job
     ds = open_dataset(args.graph, args.scale, args.seed)
+    ops = list(OPS) if args.op == "all" else args.op.split(",")
     order = "file" if args.order_file else knobs.order
-    mem = check_job(
-        ds, comm.size, "check", source=args.graph, dim=args.dim, dtype=knobs.dtype, order=order
-    )
+    job = dict(dim=args.dim, dtype=knobs.dtype, order=order, designs=len(known), ops=tuple(ops))
+    if backend.gpu:  # the host holds the data, the plan and the oracle; the GPU the designs
+        device = device_plan(args, ds, comm.size, "check", job, backend.name)
+        planned = check_host(device, args.graph, f"mgg check on {comm.size} rank(s)")
+    else:
+        planned = checked_estimate(ds, comm.size, "check", source=args.graph, **job)
     result = check(
         ds,
         backend,
         comm,
-        ops=list(OPS) if args.op == "all" else args.op.split(","),
+        ops=ops,
         names=names,
         knobs=knobs,
         every_window=every,
@@ -71,6 +76,7 @@ def main(args) -> int:
         outputs=args.outputs,
         order_file=args.order_file,
     )
+    peaks = comm.allgather(peak_rss_mb())
     if comm.rank == 0:
         if not quiet(args):
             n, e = sizes(ds)
@@ -87,5 +93,6 @@ def main(args) -> int:
             ]
             heads = ["design", "op", "window", "check", "ms (median)", "wait ms (rank mean)"]
             print(format_table(rows, heads + ["MB fetched (all ranks)"]))
-        emit(args, {**result, "memory_estimate_mb": mem})
+        mem = round(planned["total"] / 2**20, 1)
+        emit(args, {**result, "memory_estimate_mb": mem, "peak_rss_mb": peaks})
     return 0 if all(d["ok"] for d in result["designs"].values()) else 1

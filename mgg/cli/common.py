@@ -72,6 +72,38 @@ def size(text: str) -> str:
 DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
 
 
+def device_plan(args, ds, ranks: int, command: str, job: dict, backend: str) -> dict:
+    """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
+    rank's device holds, and for training how many rows of streamed features a chunk
+    holds where the features do not fit. Refused when even that does not fit with
+    --device-memory given; without it (the GPU's own memory, an estimate not yet
+    calibrated on a GPU: docs/data.md) a warning."""
+    from ..errors import ResourceError
+    from ..memory import format_bytes, plan
+    from ..partition.shards import ShardedDataset
+    from ..process import local_size
+
+    given = getattr(args, "device_memory", None)
+    budget, how = device_budget(given, DEVICE_DEFAULT, local_size())
+    bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
+    out = plan(ds, ranks, command, budget={"host": 2**62, "device": budget}, device=True,
+               bounds=bounds, backend=backend, **job)  # fmt: skip
+    out["budget_how"] = how
+    if out["fits"]:
+        return out
+    big = max(r["device"]["total_bytes"] for r in out["per_rank"])
+    why = (
+        f"mgg {command} on {ranks} rank(s) needs about {format_bytes(big)} per device"
+        + (", its features streamed or not" if command == "train" else "")
+        + f", but a device has {format_bytes(budget)} ({how})"
+    )
+    fixes = f"; it would fit with {' or '.join(out['fixes'])}" if out["fixes"] else ""
+    if given is not None:
+        raise ResourceError(f"--device-memory {given}: {why}{fixes}")
+    print(f"mgg {command}: warning: {why}{fixes}", file=sys.stderr)
+    return out
+
+
 def device_budget(text: str | None, default: str, ranks: int = 1) -> tuple[int, str]:
     """(a rank's GPU memory in bytes, how it was found): ``text`` (--device-memory), else
     the GPU's shared by the ``ranks`` of the node (mggrun gives rank r device r % GPUs),

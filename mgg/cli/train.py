@@ -14,6 +14,7 @@ from .common import (
     SHARDED,
     config,
     device_memory_arg,
+    device_plan,
     emit,
     fraction,
     integer,
@@ -191,12 +192,12 @@ def main(args) -> int:
         job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     device = None
     if backend.gpu:  # the host holds the data, the plan and what is offloaded; the GPU the run
-        device = _device_plan(args, ds, comm.size, job, backend.name)
+        device = device_plan(args, ds, comm.size, "train", job, backend.name)
         planned = check_host(device, args.dataset, f"mgg train on {comm.size} rank(s)")
     else:
         planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
         if args.device_memory is not None:
-            device = _device_plan(args, ds, comm.size, job, backend.name)
+            device = device_plan(args, ds, comm.size, "train", job, backend.name)
     fit_allocator(planned.returns_freed)
     mine = device["per_rank"][comm.rank]["device"] if device else {}
     num_nodes, num_edges = sizes(ds)
@@ -332,37 +333,6 @@ def main(args) -> int:
     if lead:
         emit(args, result)
     return 0
-
-
-def _device_plan(args, ds, ranks: int, job: dict, backend: str) -> dict:
-    """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
-    rank's device holds, and how many rows of streamed features a chunk holds where the
-    features do not fit. Refused when even streaming does not fit with --device-memory
-    given; without it (the GPU's own memory, an estimate not yet calibrated on a GPU:
-    docs/data.md) a warning."""
-    from ..errors import ResourceError
-    from ..memory import format_bytes, plan
-    from ..partition.shards import ShardedDataset
-    from ..process import local_size
-    from .common import DEVICE_DEFAULT, device_budget
-
-    budget, how = device_budget(args.device_memory, DEVICE_DEFAULT, local_size())
-    bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
-    out = plan(ds, ranks, "train", budget={"host": 2**62, "device": budget}, device=True,
-               bounds=bounds, backend=backend, **job)  # fmt: skip
-    out["budget_how"] = how
-    if out["fits"]:
-        return out
-    big = max(r["device"]["total_bytes"] for r in out["per_rank"])
-    why = (
-        f"mgg train on {ranks} rank(s) needs about {format_bytes(big)} per device, its "
-        f"features streamed or not, but a device has {format_bytes(budget)} ({how})"
-    )
-    fixes = f"; it would fit with {' or '.join(out['fixes'])}" if out["fixes"] else ""
-    if args.device_memory is not None:
-        raise ResourceError(f"--device-memory {args.device_memory}: {why}{fixes}")
-    print(f"mgg train: warning: {why}{fixes}", file=sys.stderr)
-    return out
 
 
 def _most(device: dict | None, key: str):

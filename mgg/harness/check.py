@@ -25,6 +25,8 @@ TOLERANCE = 1e-5  # max |got - scipy| / max(1, max |scipy|)
 # bf16 rows: one rounding of the output (2^-8 of its magnitude) beyond float32's
 TOLERANCE_BF16 = 2.0**-8 + TOLERANCE
 EPS = 0.1  # GIN's eps in checks
+ONE_CALL = 2**31  # values MPI's counts reach: rank 0 gathers fewer in one call
+ROUND = 2**26  # else that many values a round
 
 
 def tolerance(dtype) -> float:
@@ -34,28 +36,54 @@ def tolerance(dtype) -> float:
 
 def gather_rows(comm, out, dtype=np.float32) -> np.ndarray | None:
     """This job's whole [N, D] output (rows of ``dtype``) on rank 0 as the float type
-    they sum in (bf16 widens exactly to float32), None elsewhere; collective."""
-    rows = from_storage(to_host(out), dtype).astype(accumulator(dtype), copy=False)
-    got = comm.gather(rows, root=0)
-    return np.concatenate(got) if comm.rank == 0 else None
+    they sum in (bf16 widens exactly to float32), None elsewhere; collective. Rank 0
+    receives into the one [N, D] array, or where that is ONE_CALL values or more in
+    rounds through a buffer of at most ROUND values."""
+    rows = np.ascontiguousarray(from_storage(to_host(out), dtype), accumulator(dtype))
+    shape, p, lead = rows.shape[1:], comm.size, comm.rank == 0
+    width = max(1, int(np.prod(shape)))
+    counts = np.asarray(comm.allgather(rows.shape[0]), np.int64)
+    whole = np.empty((int(counts.sum()) if lead else 0, *shape), rows.dtype)
+    none = np.zeros(p, np.int64)
+    if counts.sum() * width < ONE_CALL:  # each rank's rows in place
+        send = none.copy()
+        send[0] = rows.shape[0]
+        comm.alltoallv(rows, send, whole, counts if lead else none)
+        return whole if lead else None
+    starts, step = np.cumsum(counts) - counts, max(1, ROUND // (p * width))
+    for a in range(0, int(counts.max()), step):
+        took = np.clip(counts - a, 0, step)  # each rank's rows this round
+        recv = np.empty((int(took.sum()) if lead else 0, *shape), rows.dtype)
+        send = none.copy()
+        send[0] = took[comm.rank]
+        comm.alltoallv(rows[a : a + send[0]], send, recv, took if lead else none)
+        for r, at in zip(range(p), np.cumsum(took) - took, strict=True) if lead else ():
+            whole[starts[r] + a : starts[r] + a + took[r]] = recv[at : at + took[r]]
+    return whole if lead else None
 
 
-def relative_error(got, want) -> float:
-    return float(np.abs(got - want).max(initial=0.0) / max(1.0, np.abs(want).max(initial=0.0)))
+def relative_error(got, want, ids=None, chunk: int = 2**16) -> float:
+    """max |got - want| / max(1, max |want|), a ``chunk`` of rows at a time; ``ids``: the
+    rows of ``want`` that got's rows are (int [len(got)]), else the same rows."""
+    err = top = 0.0
+    for a in range(0, len(got), chunk):
+        w = want[a : a + chunk] if ids is None else want[ids[a : a + chunk]]
+        err = max(err, float(np.abs(got[a : a + chunk] - w).max(initial=0.0)))
+    for a in range(0, len(want), chunk):
+        top = max(top, float(np.abs(want[a : a + chunk]).max(initial=0.0)))
+    return err / max(1.0, top)
 
 
 def verify_and_time(
     backend, comm, names, plan, x, op: str, *, ref=None, repeat: int = 5, knobs=DEFAULTS,
-    order: Order | None = None,
-) -> tuple[list[dict], dict]:  # fmt: skip
+    order: Order | None = None, save=None,
+) -> list[dict]:  # fmt: skip
     """Set up the designs ``names`` of ``backend`` on this rank's ``plan`` (each with the
     ``knobs`` it takes; rows of ``knobs.dtype``), write x [n, D] and call each once,
-    gather every output on rank 0 (indexed by original node id under the plan's node
-    ``order``, which rank 0 holds; compared with ref [N, D], by original id, there), then
-    time them round-robin. Collective.
-
-    returns (runs: one dict per design, outputs: {name: [N, D]} on rank 0, {} elsewhere)
-    """
+    gather each output on rank 0 in turn (compared with ref [N, D], by original node id
+    under the plan's node ``order``, which rank 0 holds; ``save(name, window, out)``
+    there: out [N, D] by original id, window the design's or None), then time them
+    round-robin. Collective. Returns the runs, one dict per design."""
     backend = get_backend(backend)
     dtype = row_dtype(knobs.dtype)
     designs = {}
@@ -63,15 +91,19 @@ def verify_and_time(
         for name in names:
             cls = backend.design(name)
             designs[name] = cls(plan, comm, x.shape[1], dtype, **knobs.options(cls.knobs))
-        outs, outputs, errors = {}, {}, {}
+        order = order or Order()
+        outs, errors = {}, {}
         for name, d in designs.items():
             assign(d.x, x)
             outs[name] = d(op, eps=EPS)
             whole = gather_rows(comm, outs[name], dtype)
             if comm.rank == 0:
                 with comm.alone():
-                    outputs[name] = whole = (order or Order()).to_original(whole)
-                    errors[name] = relative_error(whole, ref) if ref is not None else None
+                    errors[name] = None if ref is None else relative_error(whole, ref, order.perm)
+                    if save is not None:
+                        save(name, d.buffer.mode if hasattr(d, "windows") else None,
+                             order.to_original(whole))  # fmt: skip
+            del whole
         errors = comm.bcast(errors)
         calls = {
             name: (lambda d=d, o=outs[name]: d(op, eps=EPS, out=o)) for name, d in designs.items()
@@ -96,7 +128,7 @@ def verify_and_time(
                     **({"window": d.buffer.mode} if hasattr(d, "windows") else {}),
                 }
             )
-        return runs, outputs
+        return runs
     finally:
         for d in designs.values():
             d.free()
@@ -187,20 +219,20 @@ def check(
             )
             ids = order.ids(plan.lb, plan.ub)
         dtype = row_dtype(knobs.dtype)
-        x = random_features(seed, plan.lb, plan.ub, dim, ids=ids).astype(dtype)
+        x = random_features(seed, plan.lb, plan.ub, dim, ids=ids).astype(dtype, copy=False)
         ref = None
         if comm.rank == 0:
             with comm.alone():  # the scipy oracle of the whole graph: peers wait for it
-                x0 = random_features(seed, 0, g.num_nodes, dim).astype(dtype)
-                ref = reference.aggregate(g, x0.astype(np.float64), op, eps=EPS)
+                ref = oracle(g, op, seed, dim, dtype)
         for window in windows:
             these = knobs if backend.gpu else replace(knobs, window=window)
             takes = names
             if every_window:
                 takes = [n for n in names if window in backend.design(n).windows]
-            runs, outs = verify_and_time(
-                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=these, order=order
-            )
+            runs = verify_and_time(
+                backend, comm, takes, plan, x, op, ref=ref, repeat=repeat, knobs=these,
+                order=order, save=_saver(outputs, op, window),
+            )  # fmt: skip
             for run in runs:
                 run.setdefault("window", window)  # the one the design used
                 result["runs"].append(run)
@@ -211,11 +243,30 @@ def check(
                     "seconds": run["seconds"] if best else prev["seconds"],
                     "window": run["window"] if best else prev["window"],
                 }
-                if outputs is not None and run["design"] in outs:
-                    name = f"{run['design']}-{op}-{run['window']}.npy"
-                    with atomic_write(outputs / name) as tmp:
-                        np.save(tmp, outs[run["design"]])
     return result
+
+
+def _saver(folder, op: str, window):
+    """verify_and_time's ``save``: each output as folder/DESIGN-OP-WINDOW.npy (None
+    without a folder)."""
+    if folder is None:
+        return None
+
+    def save(design: str, used, out) -> None:
+        with atomic_write(folder / f"{design}-{op}-{used or window}.npy") as tmp:
+            np.save(tmp, out)
+
+    return save
+
+
+def oracle(graph: Graph, op: str, seed: int, dim: int, dtype, block: int = 2**16) -> np.ndarray:
+    """scipy's float64 [N, D] aggregation ``op`` of random_features(seed) rounded to
+    ``dtype``; the features are made in float64 a ``block`` of rows at a time."""
+    x = np.empty((graph.num_nodes, dim), np.float64)
+    for a in range(0, graph.num_nodes, block):
+        b = min(a + block, graph.num_nodes)
+        x[a:b] = random_features(seed, a, b, dim).astype(dtype, copy=False)
+    return reference.aggregate(graph, x, op, eps=EPS)
 
 
 def sharded_plan(

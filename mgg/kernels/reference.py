@@ -36,8 +36,10 @@ def aggregate(
     if op == "mean":
         deg = graph.in_degrees()[rows]
         out[deg > 0] /= deg[deg > 0, None]
-    elif op == "gin":
-        out += (1.0 + eps) * xd[rows]
+    elif op == "gin":  # a block of rows at a time: no [N, D] temporary
+        own = xd if isinstance(rows, slice) else xd[rows]
+        for a in range(0, len(out), 2**16):
+            out[a : a + 2**16] += (1.0 + eps) * own[a : a + 2**16]
     return out
 
 
