@@ -246,7 +246,7 @@ STREAM_MIN_ROWS = 1024
 # there, what its gathered edge arrays take
 CHECK_ORACLE = 16
 CHECK_ORACLE_AFTER = 16
-CHECK_GATHERED_PER_EDGE = 40
+CHECK_GATHERED_PER_EDGE = 34
 # a model reads dense input features held on its device a chunk at a time (mgg.torch.
 # ChunkedRows: dropout and the first GEMM per chunk, the dropout again in the backward)
 # when their dropped-out copy would take this many bytes or more and its first layer
@@ -459,7 +459,9 @@ def _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops) -> N
         part["gcn_graph"] = csr_bytes(n, entries, weighted=True, build=False) + 4 * n
     part["oracle"] = CHECK_ORACLE * n * dim + 8 * entries
     if sharded:  # its edges gathered from every rank, then a graph
-        part["oracle_graph"] = csr_bytes(n, e, weighted=True) + CHECK_GATHERED_PER_EDGE * e
+        part["oracle_graph"] = (
+            csr_bytes(n, e, weighted=True, build=False) + CHECK_GATHERED_PER_EDGE * e
+        )
 
 
 def _train_parts(

@@ -286,3 +286,67 @@ def test_a_gpu_ranks_host_holds_its_data_pinned_features_and_offloaded_rows(monk
         monkeypatch.setenv(LIMIT_ENV, str(rank["total_bytes"] - 2**20))
         with pytest.raises(ResourceError, match="d: mgg train needs about"):
             check_host(out, "d", "mgg train")
+
+
+@pytest.mark.mpi
+def test_checks_estimate_is_its_largest_ranks_peak_on_two_ranks():
+    """mgg check: rank 0 holds the scipy oracle of the whole graph (float64 [N, D]
+    features and sums) and each output it gathers, beside every design's buffers; the
+    estimate, the largest rank's, is within 0.8-1.25 of rank 0's peak (674 MB for a peak
+    of 1,264 MB, 0.53x, before the oracle was counted)."""
+    r = mpirun(2, "mgg", "check", "rmat:scale=18,ef=8", "--dim", "64", "--repeat", "1",
+               "--json", env={LIMIT_ENV: "1T"})  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    res = last_json(r.stdout)
+    peaks, est = res["peak_rss_mb"], res["memory_estimate_mb"]
+    assert len(peaks) == 2 and peaks[0] > peaks[1] + 100, peaks  # the oracle's rank
+    assert 0.8 * peaks[0] <= est <= 1.25 * peaks[0], (est, peaks)
+
+
+def test_check_refused_says_one_design_would_fit(monkeypatch, capsys):
+    """Every design is set up at once to be timed round-robin: a limit that holds one
+    design's buffers but not three refuses the job and names --designs pipelined, which
+    then runs under the same limit."""
+    spec = "rmat:scale=15,ef=4"
+    monkeypatch.setenv(LIMIT_ENV, "1T")
+    one, three = (
+        job_estimate(resolve(spec), 1, "check", dim=256, designs=k)["total"] for k in (1, 3)
+    )
+    assert three > one + 3 * 2**20
+    limit = str((one + three) // 2)
+    monkeypatch.setenv(LIMIT_ENV, limit)
+    args = ["check", spec, "--dim", "256", "--repeat", "1"]
+    assert main(args) == 2
+    err = refusal(capsys)
+    assert f"error: {spec}: mgg check on 1 rank(s) needs about " in err, err
+    assert f"({LIMIT_ENV}={limit})" in err, err
+    fixes = err.split("; it would fit with ")[1].split(" or ")
+    assert "--designs pipelined" in fixes, err
+    assert main([*args, "--designs", "pipelined"]) == 0
+
+
+def test_a_gpu_checks_host_holds_the_oracle_and_not_the_designs(monkeypatch):
+    """mgg check --backend cuda: the host holds the data, the plan, its rows and rank 0's
+    oracle (the whole graph's, whatever P), the GPU the designs' buffers; check_host
+    checks that part, not a CPU job's, against the host's memory."""
+    n, e, dim = 400_000, 4_000_000, 64
+    d = facts(n, e)
+    job = dict(dim=dim, designs=1, backend="cuda")
+    hosts = {}
+    for p in (1, 4):
+        out = plan(d, p, "check", budget={"host": 2**62, "device": 2**62}, device=True, **job)
+        rank = out["per_rank"][0]
+        hosts[p] = host = rank["parts"]
+        assert "windows" not in host and rank["device"]["parts"]["windows"] > 0
+        cpu = job_estimate(d, p, "check", **job)
+        assert host["oracle"] == cpu["oracle"] and cpu["windows"] > 0
+    assert hosts[1]["oracle"] == hosts[4]["oracle"] >= 16 * n * dim  # float64 features, sums
+    assert hosts[4]["rows"] * 4 == hosts[1]["rows"]  # a rank's own rows: N/P
+    cpu = job_estimate(d, 4, "check", dim=dim, designs=1)
+    total = plan(d, 4, "check", budget={"host": 2**62, "device": 2**62}, device=True, **job)
+    big = total["per_rank"][0]["total_bytes"]
+    assert big < cpu["total"]
+    monkeypatch.setenv(LIMIT_ENV, str(big + 2**20))
+    assert check_host(total, "d", "mgg check")["total"] == big
+    with pytest.raises(ResourceError, match="mgg check on 4 rank"):
+        checked_estimate(d, 4, "check", source="d", dim=dim, designs=1)
