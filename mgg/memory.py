@@ -247,6 +247,9 @@ STREAM_MIN_ROWS = 1024
 CHECK_ORACLE = 16
 CHECK_ORACLE_AFTER = 16
 CHECK_GATHERED_PER_EDGE = 34
+# op 'gcn' beside the others: per entry beyond its gcn_norm graph (CSR, weights, norm),
+# measured with every op (rmat scale 20, D = 16 and 64, P = 1, 2, 4)
+CHECK_GCN_PER_ENTRY = 8
 # a model reads dense input features held on its device a chunk at a time (mgg.torch.
 # ChunkedRows: dropout and the first GEMM per chunk, the dropout again in the backward)
 # when their dropped-out copy would take this many bytes or more and its first layer
@@ -456,7 +459,8 @@ def _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops) -> N
     widened = backend == "cuda" or rb != 4
     part["rows"] = (rb + (4 if widened else 0)) * dim * rows
     if "gcn" in ops and not sharded:
-        part["gcn_graph"] = csr_bytes(n, entries, weighted=True, build=False) + 4 * n
+        gcn = csr_bytes(n, entries, weighted=True, build=False) + 4 * n
+        part["gcn_graph"] = gcn + CHECK_GCN_PER_ENTRY * entries
     part["oracle"] = CHECK_ORACLE * n * dim + 8 * entries
     if sharded:  # its edges gathered from every rank, then a graph
         part["oracle_graph"] = (
