@@ -116,7 +116,7 @@ for window in {windows}:
         model = mt.build_model(name, data.num_features, data.num_classes)
         opt = build_optimizer("adam", model, spec.lr, spec.weight_decay)
         t = Trainer(dg, data, model, opt, eval_every=0, check_sync=True)
-        losses = [h["loss"] for h in t.fit(12)]
+        losses = [h["loss"] for h in t.fit(5)]
         out[window + " " + name] = {{"losses": losses, "window": dg.config["window"]}}
         dg.free()
 if comm.rank == 0:
