@@ -242,8 +242,8 @@ STREAM_MIN_ROWS = 1024
 # mgg check's rank 0, bytes per value of the [N, D] rows: the scipy oracle's float64
 # features and sums, then the sums beside the gathered float32 output (12) and 4 more
 # (measured on rmat scale 20, D = 16 and 64, P = 1, 2, 4, every case of
-# bench/memory_estimate.py --command check: estimate / peak 0.86-1.26); per edge of a sharded graph reassembled
-# there, what its gathered edge arrays take
+# bench/memory_estimate.py --command check: estimate / peak 0.86-1.26); per edge of a
+# sharded graph reassembled there, what its gathered edge arrays take
 CHECK_ORACLE = 16
 CHECK_ORACLE_AFTER = 16
 CHECK_GATHERED_PER_EDGE = 34
