@@ -126,26 +126,34 @@ def check_runs(args) -> None:
         f"Ratios {min(ratios):.2f} to {max(ratios):.2f}."
     )
     write_results("memory_estimate-check", {"runs": rows, "args": vars(args)}, table, heads, notes)
+    plot_ratios(rows, "memory_estimate-check", "dim", "case", "np", "ranks P",
+                lambda dim: f"mgg check, D = {dim}")  # fmt: skip
+
+
+def plot_ratios(rows, name: str, panel: str, line: str, x: str, xlabel: str, title,
+                xscale: str = "linear") -> None:  # fmt: skip
+    """bench/results/NAME.png: a panel per value of ``panel`` (its ``title(value)``), in it
+    a line per value of ``line``, estimate / peak against ``x``, the 0.8-1.2 band shaded."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-
-        dims = sorted({r["dim"] for r in rows})
-        fig, axes = plt.subplots(1, len(dims), figsize=(4.5 * len(dims), 3.5), squeeze=False)
-        for ax, dim in zip(axes[0], dims, strict=True):
-            for label, _ in CHECK_CASES:
-                rs = [r for r in rows if r["case"] == label and r["dim"] == dim]
-                ax.plot([r["np"] for r in rs], [r["ratio"] for r in rs], "o-", label=label)
-            ax.axhspan(0.8, 1.2, color="0.9")
-            ax.set(title=f"mgg check, D = {dim}", xlabel="ranks P", ylim=(0.5, 1.5))
-            ax.set_ylabel("estimate / peak RSS")
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(ROOT / "bench" / "results" / "memory_estimate-check.png", dpi=120)
     except ImportError:
-        pass
+        return
+    panels = list(dict.fromkeys(r[panel] for r in rows))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 3.5), squeeze=False)
+    for ax, value in zip(axes[0], panels, strict=True):
+        for label in dict.fromkeys(r[line] for r in rows):
+            rs = [r for r in rows if r[line] == label and r[panel] == value]
+            ax.plot([r[x] for r in rs], [r["ratio"] for r in rs], "o-", label=label)
+        ax.axhspan(0.8, 1.2, color="0.9")
+        ax.set(title=title(value), xlabel=xlabel, xscale=xscale, ylim=(0.5, 1.5))
+        ax.set_ylabel("estimate / peak RSS")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(ROOT / "bench" / "results" / f"{name}.png", dpi=120)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -199,26 +207,7 @@ def main() -> None:
     if skipped:
         notes += f" Skipped (estimated over {args.max_mb:.0f} MB): {'; '.join(skipped)}."
     write_results("memory_estimate", {"runs": rows, "args": vars(args)}, table, heads, notes)
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        models = list(dict.fromkeys(r["model"] for r in rows))
-        fig, axes = plt.subplots(1, len(models), figsize=(4 * len(models), 3.5), squeeze=False)
-        for ax, model in zip(axes[0], models, strict=True):
-            for g in sorted({r["graph"] for r in rows}):
-                rs = [r for r in rows if r["graph"] == g and r["model"] == model]
-                ax.plot([r["hidden"] for r in rs], [r["ratio"] for r in rs], "o-", label=g)
-            ax.axhspan(0.8, 1.2, color="0.9")
-            ax.set(title=model.upper(), xlabel="hidden", xscale="log", ylim=(0.5, 1.5))
-            ax.set_ylabel("estimate / peak RSS")
-            ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(ROOT / "bench" / "results" / "memory_estimate.png", dpi=120)
-    except ImportError:
-        pass
+    plot_ratios(rows, "memory_estimate", "model", "graph", "hidden", "hidden", str.upper, "log")
 
 
 if __name__ == "__main__":

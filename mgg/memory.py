@@ -404,8 +404,6 @@ def estimate(
         return _device(command, plan - (saved if p == 1 else 0), p, *args)
     if backend == "cuda":
         plan -= saved
-    if command == "check":
-        _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops)
     if sharded:
         part["dataset"] = plan + node_data // p
         load = part["dataset"]
@@ -441,6 +439,7 @@ def estimate(
         part["windows"] = windows
         run = part["dataset"] + plan + act + windows + part["model"]
     elif command == "check":  # rank 0's oracle, then its sums beside each design's output
+        _check_parts(part, n, e, rows, entries, dim, rb, sharded, backend, ops)
         part["windows"] = designs * rb * dim * (2 * rows + (n - rows if p > 1 else 0))
         held = part["dataset"] + plan + part["rows"]
         held += part.get("gcn_graph", 0) + part.get("oracle_graph", 0)

@@ -44,20 +44,16 @@ def gather_rows(comm, out, dtype=np.float32) -> np.ndarray | None:
     width = max(1, int(np.prod(shape)))
     counts = np.asarray(comm.allgather(rows.shape[0]), np.int64)
     whole = np.empty((int(counts.sum()) if lead else 0, *shape), rows.dtype)
-    none = np.zeros(p, np.int64)
-    if counts.sum() * width < ONE_CALL:  # each rank's rows in place
-        send = none.copy()
-        send[0] = rows.shape[0]
-        comm.alltoallv(rows, send, whole, counts if lead else none)
-        return whole if lead else None
-    starts, step = np.cumsum(counts) - counts, max(1, ROUND // (p * width))
-    for a in range(0, int(counts.max()), step):
+    starts, most = np.cumsum(counts) - counts, int(counts.max(initial=0))
+    one = counts.sum() * width < ONE_CALL  # each rank's rows straight into place
+    step = max(1, most if one else ROUND // (p * width))
+    for a in range(0, most, step):
         took = np.clip(counts - a, 0, step)  # each rank's rows this round
-        recv = np.empty((int(took.sum()) if lead else 0, *shape), rows.dtype)
-        send = none.copy()
+        recv = whole if one else np.empty((int(took.sum()) if lead else 0, *shape), rows.dtype)
+        send = np.zeros(p, np.int64)
         send[0] = took[comm.rank]
-        comm.alltoallv(rows[a : a + send[0]], send, recv, took if lead else none)
-        for r, at in zip(range(p), np.cumsum(took) - took, strict=True) if lead else ():
+        comm.alltoallv(rows[a : a + send[0]], send, recv, took if lead else np.zeros(p, np.int64))
+        for r, at in zip(range(p), np.cumsum(took) - took, strict=True) if lead and not one else ():
             whole[starts[r] + a : starts[r] + a + took[r]] = recv[at : at + took[r]]
     return whole if lead else None
 
