@@ -151,9 +151,9 @@ def build_plan_distributed(
             norm = dinv.astype(np.float32)
         else:
             row_w = _gcn_weights(dinv, row_src, dst_of_row, row_w)
-        if weighted and t_rows is not None:
-            t_ptr, t_dst, t_w, t_src = t_rows
-            t_rows[2] = _gcn_weights(dinv, t_src, t_dst, t_w)
+            if t_rows is not None:
+                t_ptr, t_dst, t_w, t_src = t_rows
+                t_rows[2] = _gcn_weights(dinv, t_src, t_dst, t_w)
 
     mark = np.full(n, -1, np.int32)
     args = (rank, bounds, ps, num_edges)

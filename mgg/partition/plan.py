@@ -446,17 +446,11 @@ def _row_slice(g: Graph, lb: int, ub: int):
 def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None):
     """Rank ``rank``'s plan of its rows' in-edges; ``norm``: every node's factor of the
     weights, float [N] (Graph.norm), which the plan then keeps in place of them, or None."""
-    re: RankEdges = edge_split(indptr, indices, weights, bounds, rank, mark)
+    split = None if norm is not None else weights  # the weights' factors, not the weights
+    re: RankEdges = edge_split(indptr, indices, split, bounds, rank, mark)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
-    arrays = {k: _frozen(v) for k, v in re._asdict().items()}
-    if norm is not None:  # the weights' factors, not the weights
-        lb, ub = int(bounds[rank]), int(bounds[rank + 1])
-        halo = bounds[re.halo_pe].astype(np.int64) + re.halo_row
-        arrays["norm"] = _frozen(np.array(norm[lb:ub], np.float32))
-        arrays["halo_norm"] = _frozen(np.array(norm[halo], np.float32))
-        arrays["local_weights"] = arrays["remote_weights"] = None
-    return PartitionPlan(
+    plan = PartitionPlan(
         rank=rank,
         bounds=_frozen(bounds),
         ps=int(ps),
@@ -466,8 +460,13 @@ def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, we
         rnp_ptr=_frozen(rnp_ptr),
         rnp_node=_frozen(rnp_node),
         symmetric=symmetric,
-        **arrays,
+        **{k: _frozen(v) for k, v in re._asdict().items()},
     )
+    if norm is None:
+        return plan
+    own = np.array(norm[plan.lb : plan.ub], np.float32)  # a copy: not a view of the graph's
+    halo = np.asarray(norm[plan.halo_nodes], np.float32)
+    return replace(plan, norm=_frozen(own), halo_norm=_frozen(halo))
 
 
 def _frozen(a):
