@@ -1,5 +1,6 @@
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,18 @@ def have_gpu() -> bool:
 
 
 gpu = pytest.mark.skipif(not have_gpu(), reason="needs cupy and an NVIDIA GPU")
+
+
+def pytest_runtest_logreport(report):
+    """With MGG_TEST_REPORT set (bench/gpu/stage.py's steps): each test's outcome and time
+    as it ends, and a failure's traceback at once, so that a step killed at its limit
+    still says which tests failed, why, and where its time went."""
+    if not os.environ.get("MGG_TEST_REPORT") or (report.when != "call" and report.passed):
+        return
+    line = f"\n[{report.outcome} {report.when} {report.duration:.1f} s] {report.nodeid}"
+    if report.failed:
+        line += "\n" + report.longreprtext
+    print(line, file=sys.__stdout__, flush=True)
 
 
 def virtual_design(design: str, plans, x, **knobs):

@@ -951,9 +951,16 @@ def test_a_training_step_never_waits_for_the_gpu(model):
 @pytest.mark.parametrize("model", ["gcn", "sage", "gin", "gat"])
 def test_a_captured_step_trains_as_the_eager_step_does(model):
     """--cuda-graph: after WARMUP eager steps the step is captured once and replayed. Every
-    step's loss and the final weights equal those of eager steps from the same start
+    step's loss and the weights' updates equal those of eager steps from the same start
     (dropout masks read from the key slots, GIN's batch statistics, Adam's state), and a
-    replayed step makes no synchronizing torch call."""
+    replayed step makes no synchronizing torch call.
+
+    Equal up to rounding: the kernels' atomic sums round in any order, and Adam and GIN's
+    batch norm amplify it. On the CPU, noise of 2**-16 on every kernel's output moved the
+    loss by at most 1.2e-4 and each tensor's update (final minus initial weights) by at
+    most 4.6e-3 of its norm in these 9 steps (float32 rounding alone, 2**-24, moved GIN's
+    weights by 3.3e-5: beyond 1e-6); a replay that kept drawing one step's masks moved
+    the loss by 2.7e-2 to 0.44 and the updates by 0.17 to 0.63."""
     import torch
 
     import mgg.torch as mt
@@ -967,6 +974,7 @@ def test_a_captured_step_trains_as_the_eager_step_does(model):
         torch.manual_seed(0)
         dg, data = prepare(ds, None, model, backend="cuda")
         m = mt.build_model(model, data.num_features, data.num_classes).to(data.y.device)
+        w0 = [p.detach().cpu() for p in m.parameters()]
         opt = build_optimizer("adam", m, 0.01, 5e-4)
         t = Trainer(dg, data, m, opt, eval_every=0, cuda_graph=captured)
         steps = [t.train_step() for _ in range(WARMUP + 1)]  # the last one captures
@@ -977,13 +985,17 @@ def test_a_captured_step_trains_as_the_eager_step_does(model):
             torch.cuda.set_sync_debug_mode(0)
         t.read_losses()
         assert (t._captured is not None and t._captured.graph is not None) == captured
-        runs[captured] = ([s["loss"] for s in steps], [p.detach().cpu() for p in m.parameters()])
+        updates = [p.detach().cpu() - w for p, w in zip(m.parameters(), w0, strict=True)]
+        runs[captured] = ([s["loss"] for s in steps], updates)
         dg.free()
     (got, got_w), (want, want_w) = runs[True], runs[False]
     assert len(set(want)) == len(want)  # it trains: every step's loss differs
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
-    for a, b in zip(got_w, want_w, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-3)
+    moved = [
+        float((a - b).norm() / b.norm().clamp_min(1e-12))
+        for a, b in zip(got_w, want_w, strict=True)
+    ]
+    assert max(moved) < 2e-2, moved
 
 
 @gpu

@@ -803,8 +803,8 @@ def test_bf16_launches_by_destination_rows_on_the_gpu(rng, monkeypatch):
                                  dist=2, wpb=4, rows=37)  # fmt: skip
             assert_bf16_close(got, want[p.lb : p.ub], mag[p.lb : p.ub])
             got = aggregate_halo(p, xb[p.lb : p.ub], halo, op, 0.3, dist=2, wpb=4, rows=37)
-            np.testing.assert_allclose(cupy.asnumpy(got), want[p.lb : p.ub], rtol=1e-4,
-                                       atol=1e-4 * (mag[p.lb : p.ub] + 1))  # fmt: skip
+            err = np.abs(cupy.asnumpy(got) - want[p.lb : p.ub])  # float32 sums of the rows
+            np.testing.assert_array_less(err, 1e-4 * (mag[p.lb : p.ub] + 1))
 
 
 @gpu

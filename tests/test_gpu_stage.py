@@ -113,7 +113,24 @@ def test_every_stage_is_planned_to_end_inside_its_budget():
             assert sum(s.timeout for s in st.steps) <= stage.STAGE_BUDGET - 20, name
     assert stage.STAGE_BUDGET <= 600 - 60
     # the order the GPU issues run them in
-    assert list(stage.stages())[:3] == ["probe", "tests", "check"]
+    assert list(stage.stages())[:4] == ["probe", "tests", "pes", "check"]
+
+
+def test_a_stage_step_says_each_failure_as_it_happens(capfd, monkeypatch):
+    """Under MGG_TEST_REPORT a failed test's name, time and traceback are printed when it
+    ends (a step killed at its limit prints pytest's summary never); a pass, one line."""
+    import conftest
+
+    fail = pytest.TestReport("t.py::bad", ("t.py", 1, "bad"), {}, "failed", "E  planted", "call",
+                             duration=2.5)  # fmt: skip
+    ok = pytest.TestReport("t.py::ok", ("t.py", 1, "ok"), {}, "passed", None, "setup")
+    conftest.pytest_runtest_logreport(fail)
+    assert capfd.readouterr().out == ""
+    monkeypatch.setenv("MGG_TEST_REPORT", "1")
+    conftest.pytest_runtest_logreport(fail)
+    conftest.pytest_runtest_logreport(ok)
+    monkeypatch.undo()  # before this test's own report
+    assert capfd.readouterr().out == "\n[failed call 2.5 s] t.py::bad\nE  planted\n"
 
 
 def test_check_steps_reject_a_job_of_singletons_or_the_wrong_remote_path():
@@ -213,6 +230,7 @@ def test_unzipping_keeps_mpiexec_executable_and_the_environment_puts_it_first(tm
     assert env["PATH"].startswith(str(prefix / "bin")) and env["LD_LIBRARY_PATH"] == str(
         prefix / "lib"
     )
+    assert env["MGG_TEST_REPORT"] == "1"  # each test's outcome as it ends (conftest)
     assert env["MGG_MPIEXEC"] == str(prefix / "bin" / "mpiexec")
     assert env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "lo"
     with pytest.raises(stage.SetupError, match="no mpich"):

@@ -108,8 +108,8 @@ def stages(quick: bool = False) -> dict[str, Stage]:
     run = [py, str(ROOT / "launch" / "mggrun")]
     test = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
     bf16 = [*test, "tests/test_cuda_bf16.py"]
-    test += ["tests/test_cuda.py", "tests/test_virtual_designs.py", "tests/test_stream.py"]
-    test += ["tests/test_output_rows.py", "tests/test_offload.py"]
+    kernels = [*test, "tests/test_cuda.py", "tests/test_virtual_designs.py"]
+    host = [*test, "tests/test_stream.py", "tests/test_output_rows.py", "tests/test_offload.py"]
     bench = [py, "-u"]
 
     def script(name, *args, timeout=420):
@@ -127,12 +127,19 @@ def stages(quick: bool = False) -> dict[str, Stage]:
         ),
         "tests": Stage(
             "tests",
-            "the gpu-marked tests: single-process ones, compute-sanitizer, NVSHMEM PEs",
+            "the single-process gpu-marked tests: kernels, designs, training (eager and "
+            "captured), compute-sanitizer; streamed, offloaded and labeled rows",
             [
-                Step("single", [*test, "-m", "gpu and not mpi", "-k", "not memcheck"], 170),
-                Step("memcheck", [*test, "-m", "gpu", "-k", "memcheck"], 90),
-                Step("pes", [*test, "-m", "gpu and mpi"], 160),
+                Step("single", [*kernels, "-m", "gpu and not mpi", "-k", "not memcheck"], 280),
+                Step("memcheck", [*kernels, "-m", "gpu", "-k", "memcheck"], 40),
+                Step("host", [*host, "-m", "gpu and not mpi"], 110),
             ],
+        ),
+        "pes": Stage(
+            "pes",
+            "the gpu-marked tests of NVSHMEM PEs sharing the GPU (p2p and get modes), "
+            "training on two PEs",
+            [Step("pes", [*kernels, "tests/test_output_rows.py", "-m", "gpu and mpi"], 420)],
         ),
         "check": Stage(
             "check",
@@ -364,6 +371,7 @@ def environment(base: dict, site: Path, mpich: Path, out: Path) -> dict:
         PYTHONUNBUFFERED="1",
         MGG_PROGRESS="0",
         MGG_GPU_OUT=str(out),
+        MGG_TEST_REPORT="1",
     )
     return env
 
@@ -620,7 +628,8 @@ def cmd_run(args) -> int:
             "t0": t0,
         }
         if args.no_setup:
-            env = dict(os.environ, MGG_GPU_OUT=str(out), PYTHONUNBUFFERED="1", MGG_PROGRESS="0")
+            env = dict(os.environ, MGG_GPU_OUT=str(out), PYTHONUNBUFFERED="1", MGG_PROGRESS="0",
+                       MGG_TEST_REPORT="1")  # fmt: skip
         else:
             try:
                 env, summary["versions"] = setup(Path(args.wheels), out, print)
