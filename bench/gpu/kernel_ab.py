@@ -1,6 +1,6 @@
 """The aggregation kernel against another version of it (A/B) and cuSPARSE, then ncu.
 
-    python bench/gpu/kernel_ab.py [--against OLD.cu] [--dims 16,128] [--no-ncu]
+    python bench/gpu/kernel_ab.py [--against OLD.cu] [--dims 16,128] [--bf16] [--no-ncu]
 
 One Reddit-size R-MAT, generated once and shared through a file; each kernel source (this
 checkout's aggregate.cu, and OLD.cu if given, e.g. `git show REV:mgg/kernels/cuda/
@@ -8,11 +8,14 @@ aggregate.cu`) runs in its own process (the launcher caches its compiled modules
 process: a source compiles once per width class there; an old source ignores the class's
 -D options) and times mgg's sum and gcn (ps = 64 and 128, dist = 1, wpb = 4) round-robin
 with cuSPARSE, so each source's ratio to cuSPARSE comes from one run; each row records the
-registers per thread of the kernel that ran. Then one process runs this checkout's kernel
-under Nsight Compute (--clock-control none) over one call of each kernel at every D:
-speed of light, memory workload (L1/L2 hit rates, DRAM bytes), occupancy, launch
-statistics (registers) and warp stall reasons; its report is kept as text
-(kernel_ab_ncu.txt).
+registers per thread of the kernel that ran. --bf16 (issue 52) times each source's kernel
+with bfloat16 rows too, in the same round-robin (rows with dtype bfloat16; vs_fp32: the
+same source and ps in float32 over bfloat16; vs_cusparse over float32 cuSPARSE, a ratio
+of half the bytes as much as of the kernel), and profiles it beside float32. Then one
+process runs this checkout's kernel under Nsight Compute (--clock-control none) over one
+call of each kernel at every D: speed of light, memory workload (L1/L2 hit rates, DRAM
+bytes), occupancy, launch statistics (registers) and warp stall reasons; its report is
+kept as text (kernel_ab_ncu.txt).
 
 --orders natural,rcm,metis (issue 53) runs this checkout's kernel on the graph renumbered
 in each node order (mgg.partition.order; metis into --parts parts, numbered part by part:
@@ -59,8 +62,11 @@ NCU_SECTIONS = (
 )
 
 
-def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: bool) -> None:
-    """One source's process: print one JSON line {'D op ps=..': median ms, ...}."""
+def inner(
+    path: str, source: str | None, dims: list[int], repeat: int, profile: bool, bf16: bool
+) -> None:
+    """One source's process: print one JSON line {'D op ps=..': median ms, ...} (and
+    'D op bf16 ps=..' with ``bf16``)."""
     import cupy
     import cupyx.profiler
     import torch
@@ -70,7 +76,9 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
     from mgg.designs import get_design
     from mgg.graph.core import Graph
     from mgg.graph.dataset import random_features
+    from mgg.harness.check import tolerance
     from mgg.partition import build_plan
+    from mgg.precision import BF16
 
     if source:
         kc.SOURCE = Path(source)
@@ -89,6 +97,13 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
         for d in designs.values():
             assign(d.x, x)
         fns = {f"{dim} {op} ps={c[0]}": (lambda d=d: d(op)) for c, d in designs.items()}
+        halves = {}
+        if bf16:
+            halves = {c: pipelined([plan.with_ps(c[0])], None, dim, BF16, dist=c[1], wpb=c[2])
+                      for c in CONFIGS}  # fmt: skip
+            for d in halves.values():
+                assign(d.x, cupy.asarray(x.astype(BF16).view(np.uint16)))
+            fns |= {f"{dim} {op} bf16 ps={c[0]}": (lambda d=d: d(op)) for c, d in halves.items()}
         w = torch.from_numpy(gg.weights if op == "gcn" else np.ones(gg.num_edges, np.float32))
         a_t = cusparse_matrix(gg, w)
         xt = torch.from_numpy(x).cuda()
@@ -105,13 +120,25 @@ def inner(path: str, source: str | None, dims: list[int], repeat: int, profile: 
             out.update({k: v * 1e3 for k, v in cuda_compare(fns, repeat=repeat).items()})
             err = check_output(gg, x, op, cupy.asnumpy(designs[CONFIGS[0]](op)), label=op)
             out[f"{dim} {op} max_rel_error"] = err
-            mod = kc.load_module(cupy.cuda.Device().id, op == "gcn", "p2p", kc.width_class(dim))
+            weighted = (kc.NORMS if plan.norm is not None else 1) if op == "gcn" else 0
+            dev = cupy.cuda.Device().id
+            mod = kc.load_module(dev, weighted, "p2p", kc.width_class(dim))
             out[f"{dim} {op} regs"] = mod.get_function("mgg_aggregate").num_regs
-        del designs, fns, a_t, xt
+            if bf16:
+                got = cupy.asnumpy(halves[CONFIGS[0]](op)).view(BF16).astype(np.float32)
+                xr = x.astype(BF16).astype(np.float32)
+                out[f"{dim} {op} bf16 max_rel_error"] = check_output(
+                    gg, xr, op, got, label=f"{op} bf16", tolerance=tolerance(BF16)
+                )
+                mod = kc.load_module(dev, weighted, "p2p", kc.width_class(dim, 1, 2), bf16=True)
+                out[f"{dim} {op} bf16 regs"] = mod.get_function("mgg_aggregate").num_regs
+        del designs, halves, fns, a_t, xt
         cupy.get_default_memory_pool().free_all_blocks()
         torch.cuda.empty_cache()
     print(json.dumps(out), flush=True)
 
+
+BF16_LABEL = {"bfloat16": " bf16"}  # a bar's label: the source, and bf16 where it is
 
 HIT_RATES = {
     "l1_hit_pct": "l1tex__t_sector_hit_rate.pct",
@@ -189,7 +216,7 @@ def plot(rows, path):
         path,
         rows,
         lambda r: f"{r['op']} D={r['D']} ps={r['ps']}",
-        lambda r: {r["source"]: r["vs_cusparse"]},
+        lambda r: {r["source"] + BF16_LABEL.get(r.get("dtype"), ""): r["vs_cusparse"]},
         "mgg vs cuSPARSE, Reddit-size R-MAT",
         "speedup over cuSPARSE",
         goal=1.3,
@@ -203,6 +230,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=232_965)
     ap.add_argument("--edges", type=int, default=114_615_892)
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--bf16", action="store_true", help="also each kernel with bfloat16 rows")
     ap.add_argument("--no-ncu", action="store_true")
     ap.add_argument("--orders", default=None, help="node orders to compare (natural,rcm,metis)")
     ap.add_argument("--parts", type=int, default=8, help="METIS's parts with --orders")
@@ -213,15 +241,16 @@ def main():
     args = ap.parse_args()
     dims = [int(d) for d in args.dims.split(",")]
     if args.inner:
-        return inner(args.inner, args.source, dims, args.repeat, args.profile)
+        return inner(args.inner, args.source, dims, args.repeat, args.profile, args.bf16)
 
     from mgg.graph.generators import rmat_n
 
     res = Results(
         "locality" if args.orders else "kernel_ab",
         {"nodes": args.nodes, "edges": args.edges, "configs": CONFIGS, "against": args.against},
-        ["source", "op", "D", "ps", "regs", "mgg_ms", "cusparse_ms", "vs_cusparse"]
+        ["source", "dtype", "op", "D", "ps", "regs", "mgg_ms", "cusparse_ms", "vs_cusparse"]
         + ["max_rel_error"]
+        + (["vs_fp32"] if args.bf16 else [])
         + (["vs_natural", "l1_hit_pct", "l2_hit_pct"] if args.orders else []),
         notes="Each kernel source in its own process, round-robin with cuSPARSE there "
         "(CUDA events, medians); dist = 1, wpb = 4. 'this': the checkout's aggregate.cu.",
@@ -233,6 +262,7 @@ def main():
         path = os.path.join(tmp, "graph.npz")
         np.savez(path, indptr=g.indptr, indices=g.indices)
         me = [sys.executable, "-u", __file__, "--repeat", str(args.repeat), "--dims", args.dims]
+        me += ["--bf16"] if args.bf16 else []
         graphs = {"this": path}
         sources = {"this": None} | ({Path(args.against).name: args.against} if args.against else {})
         if args.orders:
@@ -251,27 +281,31 @@ def main():
                 (d, o, c) for d in dims for o in ("sum", "gcn") for c in CONFIGS
             ):
                 mgg, cus = got[f"{dim} {op} ps={ps}"], got[f"{dim} {op} cusparse"]
-                res.add(
-                    {
-                        "source": label,
-                        "op": op,
-                        "D": dim,
-                        "ps": ps,
-                        "regs": got[f"{dim} {op} regs"],
-                        "mgg_ms": mgg,
-                        "cusparse_ms": cus,
-                        "vs_cusparse": cus / mgg,
-                        "max_rel_error": got[f"{dim} {op} max_rel_error"],
-                    }
-                )
+                for dtype, key in (("float32", ""), ("bfloat16", " bf16"))[: 1 + args.bf16]:
+                    ms = got[f"{dim} {op}{key} ps={ps}"]
+                    res.add(
+                        {
+                            "source": label,
+                            "dtype": dtype,
+                            "op": op,
+                            "D": dim,
+                            "ps": ps,
+                            "regs": got[f"{dim} {op}{key} regs"],
+                            "mgg_ms": ms,
+                            "cusparse_ms": cus,
+                            "vs_cusparse": cus / ms,
+                            "max_rel_error": got[f"{dim} {op}{key} max_rel_error"],
+                            **({"vs_fp32": mgg / ms} if args.bf16 else {}),
+                        }
+                    )
         ncu = None if args.no_ncu else ncu_binary()
         if not args.no_ncu and ncu is None:
             print("ncu not found: no counters", flush=True)
         if args.orders:
-            natural = {(r["op"], r["D"], r["ps"]): r["mgg_ms"] for r in res.rows
+            natural = {(r["dtype"], r["op"], r["D"], r["ps"]): r["mgg_ms"] for r in res.rows
                        if r["source"] == "natural"}  # fmt: skip
             for r in res.rows:
-                base = natural.get((r["op"], r["D"], r["ps"]))
+                base = natural.get((r["dtype"], r["op"], r["D"], r["ps"]))
                 r["vs_natural"] = base / r["mgg_ms"] if base else None
             if ncu:
                 hit_rates(ncu, me, graphs, res.rows)

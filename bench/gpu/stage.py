@@ -191,9 +191,9 @@ def stages(quick: bool = False) -> dict[str, Stage]:
         ),
         "kernel": Stage(
             "kernel",
-            "this checkout's aggregation kernel (and, with --args, another) vs cuSPARSE "
-            "at D = 16 and 128, and ncu's counters",
-            [script("kernel_ab", *(["--edges", "20000000"] if quick else []))],
+            "this checkout's aggregation kernel (and, with --args, another) in float32 and "
+            "bfloat16 vs cuSPARSE at D = 16 and 128, and ncu's counters",
+            [script("kernel_ab", "--bf16", *(["--edges", "20000000"] if quick else []))],
         ),
         "locality": Stage(
             "locality",
