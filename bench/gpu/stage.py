@@ -44,6 +44,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the copy on the GPU machine i
 from common import write_atomic  # noqa: E402
 
 STAGE_BUDGET = 450.0  # seconds a stage may take, setup included (a command has 600)
+# what every step runs with: output as printed, no progress bars, each test's outcome
+# as it ends (tests/conftest.py)
+STEP_ENV = {"PYTHONUNBUFFERED": "1", "MGG_PROGRESS": "0", "MGG_TEST_REPORT": "1"}
 MIN_STEP = 15.0  # a step with less time left than this is skipped, not started
 MAX_FILES = 8  # what a device command brings back
 WHEELS = ("nvshmem4py", "mpi4py", "mpich")  # distributions (nvshmem4py_cu13 is one)
@@ -368,10 +371,8 @@ def environment(base: dict, site: Path, mpich: Path, out: Path) -> dict:
     env.update(
         MGG_MPIEXEC=str(mpich / "bin" / "mpiexec"),
         NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="lo",
-        PYTHONUNBUFFERED="1",
-        MGG_PROGRESS="0",
         MGG_GPU_OUT=str(out),
-        MGG_TEST_REPORT="1",
+        **STEP_ENV,
     )
     return env
 
@@ -628,8 +629,7 @@ def cmd_run(args) -> int:
             "t0": t0,
         }
         if args.no_setup:
-            env = dict(os.environ, MGG_GPU_OUT=str(out), PYTHONUNBUFFERED="1", MGG_PROGRESS="0",
-                       MGG_TEST_REPORT="1")  # fmt: skip
+            env = dict(os.environ, MGG_GPU_OUT=str(out), **STEP_ENV)
         else:
             try:
                 env, summary["versions"] = setup(Path(args.wheels), out, print)
