@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -91,26 +90,30 @@ CHECK_CASES = (
 )
 
 
+def check_run(spec: str, label: str, flags, dim: int, p: int, tmp: str) -> dict:
+    """One case of mgg check on P ranks: its ranks' peaks and its estimate."""
+    graph = spec
+    if label == "sharded":
+        graph = f"{tmp}/shards-{p}"
+        if not Path(graph).exists():
+            mgg_json(1, "partition", spec, "--np", p, "--out", graph)
+    res = mgg_json(p, "check", graph, "--dim", dim, "--repeat", "1", *flags,
+                   env={"MGG_MEMORY_LIMIT": "1T"})  # fmt: skip
+    est = res["memory_estimate_mb"]
+    return {"case": label, "flags": list(flags), "dim": dim, "np": p,
+            "peak_rss_mb": res["peak_rss_mb"], "memory_estimate_mb": est,
+            "ratio": est / max(res["peak_rss_mb"])}  # fmt: skip
+
+
 def check_runs(args) -> None:
     """``--command check``: mgg check's estimate against its ranks' peaks."""
-    rows, tmp = [], tempfile.mkdtemp(prefix="mgg-check-memory-")
-    for label, flags in CHECK_CASES:
-        for dim in map(int, args.dims.split(",")):
-            for p in map(int, args.ranks.split(",")):
-                graph = args.check_graph
-                if label == "sharded":
-                    graph = f"{tmp}/shards-{p}"
-                    if not Path(graph).exists():
-                        mgg_json(1, "partition", args.check_graph, "--np", p, "--out", graph)
-                res = mgg_json(p, "check", graph, "--dim", dim, "--repeat", "1", *flags,
-                               env={"MGG_MEMORY_LIMIT": "1T"})  # fmt: skip
-                peak, est = max(res["peak_rss_mb"]), res["memory_estimate_mb"]
-                r = {"case": label, "flags": list(flags), "dim": dim, "np": p,
-                     "peak_rss_mb": res["peak_rss_mb"], "memory_estimate_mb": est,
-                     "ratio": est / peak}  # fmt: skip
-                rows.append(r)
-                print(json.dumps(r), flush=True)
-    shutil.rmtree(tmp)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="mgg-check-memory-") as tmp:  # the sharded cases'
+        for label, flags in CHECK_CASES:
+            for dim in map(int, args.dims.split(",")):
+                for p in map(int, args.ranks.split(",")):
+                    rows.append(check_run(args.check_graph, label, flags, dim, p, tmp))
+                    print(json.dumps(rows[-1]), flush=True)
     heads = ["case", "D", "P", "peak RSS, rank 0 (MB)", "largest other rank (MB)",
              "estimate (MB)", "ratio"]  # fmt: skip
     table = [
