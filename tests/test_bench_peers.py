@@ -2,6 +2,7 @@
 same model (so PyG's best time is a time of the same function), and the host-floor
 arithmetic of bench/gpu/e2e_vs_pyg.py."""
 
+import subprocess
 import sys
 
 import numpy as np
@@ -93,3 +94,16 @@ def test_the_gpu_locality_run_keeps_its_orders_and_reads_ncu_s_hit_rates(rng, tm
         ]
     )
     assert parse_hit_rates(csv) == {"l1_hit_pct": [7.5, 9.5], "l2_hit_pct": [81.25]}
+
+
+def test_kernel_ab_profiles_one_inner_run_never_itself():
+    """Under ncu, kernel_ab.py without --inner would run the whole benchmark again, and
+    call ncu again (GPU run 8: the stage ran past its command into the next)."""
+    from kernel_ab import profiled
+
+    script = str(ROOT / "bench" / "gpu" / "kernel_ab.py")
+    out = subprocess.run([sys.executable, script, "--profile"], capture_output=True, text=True)
+    assert out.returncode == 2 and "--profile profiles one inner run" in out.stderr
+    me = [sys.executable, "-u", script, "--repeat", "3", "--dims", "16"]
+    cmd = profiled("ncu", ["--section", "Occupancy"], me, "/tmp/graph.npz")
+    assert cmd[0] == "ncu" and cmd[-3:] == ["--inner", "/tmp/graph.npz", "--profile"]

@@ -353,3 +353,41 @@ def test_benchmark_rows_are_on_disk_as_soon_as_they_are_measured(tmp_path, monke
     assert final["partial"] is False and final["mean"] == 1.75 and len(final["table"]) == 2
     assert drawn == [tmp_path / "fake.png"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_a_stage_ended_by_a_signal_kills_its_step_first(tmp_path):
+    """A device command's `timeout` signals stage.py, not the step's own session: the
+    step (and what it started) must not run on into the next command."""
+    pids = tmp_path / "pids"
+    step = py(f"""
+        import os, subprocess, time
+        p = subprocess.Popen(["sleep", "300"])
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{p.pid}}")
+        time.sleep(300)
+    """)
+    runner = py(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT / "bench" / "gpu")!r})
+        import stage
+        stage.end_steps_on_signals()
+        try:
+            stage.run_step(stage.Step("long", {step!r}, 300), 300, None, sys.stdout)
+        except stage.Ended as e:
+            print("ended by", e, flush=True)
+            sys.exit(124)
+    """)
+    proc = subprocess.Popen(runner, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not (pids.exists() and len(pids.read_text().split()) == 2):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.1)
+    child, grandchild = map(int, pids.read_text().split())
+    t0 = time.monotonic()
+    proc.terminate()
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 124 and "ended by SIGTERM" in out
+    assert time.monotonic() - t0 < 15
+    time.sleep(0.2)
+    for pid in (child, grandchild):
+        gone = not Path(f"/proc/{pid}").exists()
+        assert gone or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid

@@ -176,10 +176,8 @@ def hit_rates(ncu: str, me: list, graphs: dict, rows: list) -> None:
     rows of that order (the mean over the profiled calls of each (D, op, ps))."""
     metrics = ",".join(HIT_RATES.values())
     for name, path in graphs.items():
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics",
-               metrics, "--csv", "--kernel-name", "regex:mgg_aggregate", *me, "--inner", path,
-               "--profile"]  # fmt: skip
-        r = subprocess.run(cmd, capture_output=True, text=True)
+        opts = ["--metrics", metrics, "--csv", "--kernel-name", "regex:mgg_aggregate"]
+        r = subprocess.run(profiled(ncu, opts, me, path), capture_output=True, text=True)
         (GPU_RESULTS / f"kernel_ab_ncu_{name}.csv").write_text(r.stdout + r.stderr)
         values = parse_hit_rates(r.stdout)
         for row in rows:
@@ -187,6 +185,13 @@ def hit_rates(ncu: str, me: list, graphs: dict, rows: list) -> None:
                 row.update({k: float(np.mean(v)) for k, v in values.items()})
         means = {k: round(float(np.mean(v)), 1) for k, v in values.items()}
         print(f"ncu {name}: exit {r.returncode}, hit rates {means}", flush=True)
+
+
+def profiled(ncu: str, opts: list, me: list, path: str) -> list[str]:
+    """The command of ncu (with ``opts``) over one inner run of the graph file ``path``:
+    only its profiled range, at the GPU's own clocks."""
+    ncu_opts = [ncu, "--clock-control", "none", "--profile-from-start", "off", *opts]
+    return [*ncu_opts, *me, "--inner", path, "--profile"]
 
 
 def parse_hit_rates(csv: str) -> dict[str, list[float]]:
@@ -241,6 +246,8 @@ def main():
     ap.add_argument("--profile", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     dims = [int(d) for d in args.dims.split(",")]
+    if args.profile and not args.inner:  # the whole benchmark under ncu would call ncu again
+        ap.error("--profile profiles one inner run: it goes with --inner")
     if args.inner:
         return inner(args.inner, args.source, dims, args.repeat, args.profile, args.bf16)
 
@@ -314,8 +321,7 @@ def main():
         code = res.finish()
         if ncu:
             sections = [a for s in NCU_SECTIONS for a in ("--section", s)]
-            cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", *sections]
-            r = subprocess.run([*cmd, *me, "--profile"], capture_output=True, text=True)
+            r = subprocess.run(profiled(ncu, sections, me, path), capture_output=True, text=True)
             (GPU_RESULTS / "kernel_ab_ncu.txt").write_text(r.stdout + r.stderr)
             print(f"ncu exit {r.returncode}: {GPU_RESULTS / 'kernel_ab_ncu.txt'}", flush=True)
         return code

@@ -483,9 +483,27 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+class Ended(BaseException):
+    """This process was told to end (SIGTERM, SIGHUP, SIGINT: a device command's
+    ``timeout``): the step in flight goes down with it."""
+
+
+def end_steps_on_signals() -> None:
+    """Make the signals that end this process raise Ended, so that a running step's
+    process group is killed before it exits (the group is a session of its own, which a
+    signal to this process does not reach: left alone it would run on into the next
+    device command, on the same GPU and into the same $OUT)."""
+
+    def ended(signum, frame):
+        raise Ended(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, ended)
+
+
 def run_step(step: Step, limit: float, env: dict, log) -> dict:
     """Run one step with output teed to log and stdout; killed (whole process group) at
-    its limit."""
+    its limit, or when this process is ended (end_steps_on_signals)."""
     t0 = time.monotonic()
     proc = subprocess.Popen(
         step.argv,
@@ -515,6 +533,9 @@ def run_step(step: Step, limit: float, env: dict, log) -> dict:
         timed_out = True
         _kill_group(proc)
         rc = proc.returncode
+    except BaseException:
+        _kill_group(proc)
+        raise
     reader.join(10)
     result = None
     if step.expect is not None:
@@ -812,8 +833,13 @@ def main(argv=None) -> int:
         metavar="STAGE=ARGS",
         help="more arguments for a benchmark stage's script, e.g. 'e2e=--graphs products'",
     )
-    return cmd_run(run.parse_args(argv))
+    try:
+        return cmd_run(run.parse_args(argv))
+    except Ended as e:
+        print(f"stage.py: ended by {e}; the step in flight was killed with it", file=sys.stderr)
+        return 124
 
 
 if __name__ == "__main__":
+    end_steps_on_signals()
     sys.exit(main())

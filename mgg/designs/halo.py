@@ -103,16 +103,13 @@ class EdgeTranspose:
         """Collective: (local [El, ...], remote [Er, ...]) -> the transposed plan's pair,
         numpy for numpy, cupy for cupy: only the remote values cross the host (for MPI)."""
         xp = array_module(local)
+        local = xp.ascontiguousarray(local[_on(self, xp, "local")])
+        if self.plan.num_ranks == 1:  # no upload either: a captured step (one PE) can't hold one
+            return local, xp.empty((0, *remote.shape[1:]), remote.dtype)
         recv = np.empty((int(self.recv_counts.sum()), *remote.shape[1:]), remote.dtype)
-        if self.plan.num_ranks > 1:
-            send = to_host(remote[_on(self, xp, "send_order")])
-            self.comm.alltoallv(
-                np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts
-            )
-        return (
-            xp.ascontiguousarray(local[_on(self, xp, "local")]),
-            xp.asarray(recv)[_on(self, xp, "remote")],
-        )
+        send = to_host(remote[_on(self, xp, "send_order")])
+        self.comm.alltoallv(np.ascontiguousarray(send), self.send_counts, recv, self.recv_counts)
+        return local, xp.asarray(recv)[_on(self, xp, "remote")]
 
 
 def _on(obj, xp, name: str):

@@ -85,8 +85,12 @@ class _Mover:
                 _copy(dev, host)
 
             return dev, _copy_thread().submit(copy)
+        # a block of the work stream's pool: torch's allocator keeps a stream's freed
+        # blocks for that stream, so a side-stream block would never reuse the blocks the
+        # offloaded activations freed, and would add to the peak
+        dev = torch.empty(host.shape, dtype=host.dtype, device=self.device)
+        self.side.wait_stream(self.main)  # the block's last use by the work is done
         with torch.cuda.stream(self.side):  # in order after host's own copy on this stream
-            dev = torch.empty(host.shape, dtype=host.dtype, device=self.device)  # side's block
             dev.copy_(host, non_blocking=True)
             done = torch.cuda.Event()
             done.record(self.side)
@@ -95,9 +99,7 @@ class _Mover:
     def wait(self, dev: torch.Tensor, token) -> None:
         """The work from here on sees the copy of ``token`` into ``dev``."""
         if self.gpu:
-            work = torch.cuda.current_stream(self.device)
-            work.wait_event(token)
-            dev.record_stream(work)  # its block is reused only once the work is done with it
+            torch.cuda.current_stream(self.device).wait_event(token)
         else:
             token.result()
 
@@ -134,6 +136,12 @@ class _Saved:
         self.state, self.index, self.host, self.stored = state, index, host, stored
         self.ahead = None  # (device tensor, token) of a prefetch
         self.used = False  # unpacked once: not fetched ahead again
+
+    def __del__(self):
+        """A prefetch never unpacked (its op's backward did not read it): the work waits
+        for its copy before the block, freed now, can be the work's again."""
+        if self.ahead is not None and self.state.mover.gpu:
+            self.state.mover.main.wait_event(self.ahead[1])
 
 
 class _State:

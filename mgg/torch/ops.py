@@ -383,11 +383,15 @@ class _ChunkedLinear(Op):
     @staticmethod
     def backward(ctx, dy):
         """dW = Σ_chunks dyᵀ·x, each chunk read again (its dropout again), multiplied in
-        the rows' dtype (bf16: the GEMM sums in float32 and rounds once) and the chunks
-        summed in float32."""
+        the rows' dtype and the chunks summed in float32. bf16 on a GPU: cuBLAS sums in
+        float32 and hands each chunk's product over in float32 (out_dtype); elsewhere it
+        is rounded to bf16 once per chunk, as torch's bf16 GEMM returns it."""
         dw = None
         for s, e, rows in ctx.x.chunks():
-            part = (dy[s:e].T @ rows).float()
+            if rows.is_cuda and rows.dtype == torch.bfloat16:
+                part = torch.mm(dy[s:e].T, rows, out_dtype=torch.float32)
+            else:
+                part = (dy[s:e].T @ rows).float()
             dw = part if dw is None else dw.add_(part)
         return dw, None
 
