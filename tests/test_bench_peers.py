@@ -107,3 +107,25 @@ def test_kernel_ab_profiles_one_inner_run_never_itself():
     me = [sys.executable, "-u", script, "--repeat", "3", "--dims", "16"]
     cmd = profiled("ncu", ["--section", "Occupancy"], me, "/tmp/graph.npz")
     assert cmd[0] == "ncu" and cmd[-3:] == ["--inner", "/tmp/graph.npz", "--profile"]
+
+
+def test_a_side_that_fails_costs_its_own_cell_and_fails_the_run(monkeypatch):
+    """e2e_vs_pyg: a side that raises (GAT's captured step, GPU run 8) is recorded and
+    named, its memory freed, the others still run, and the run's status says it failed."""
+    import e2e_vs_pyg
+
+    ran, freed = [], []
+    monkeypatch.setattr(e2e_vs_pyg, "free_gpu", lambda: freed.append(1))
+
+    def broken():
+        raise RuntimeError("the stream was capturing\nmore")
+
+    e2e_vs_pyg.FAILED.clear()
+    fns, skipped = e2e_vs_pyg.build_sides(
+        {"a": lambda: lambda: ran.append("a"), "b": broken, "c": lambda: lambda: ran.append("c")}
+    )
+    assert sorted(fns) == ["a", "c"] and ran == ["a", "c"]
+    assert skipped == {"b": "failed: RuntimeError: the stream was capturing"}
+    assert e2e_vs_pyg.FAILED == ["b: failed: RuntimeError: the stream was capturing"]
+    assert freed == [1]
+    e2e_vs_pyg.FAILED.clear()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import traceback
 import warnings
 
 import numpy as np
@@ -171,7 +172,10 @@ def main():
                 while JOBS:
                     JOBS.pop().free()
                 free_gpu()
-        return res.finish()
+        code = res.finish()
+    for line in FAILED:  # measured what it could; the run still fails
+        print(f"FAILED {line}", file=sys.stderr)
+    return code or (1 if FAILED else 0)
 
 
 def measure(trainer, model, ds, epochs) -> dict:
@@ -243,7 +247,9 @@ JOBS: list = []  # the graph sides' jobs of the row being measured
 
 
 def build_sides(builders: dict) -> tuple[dict, dict]:
-    """({side: step} for the sides that built and ran one step, {side: why not})."""
+    """({side: step} for the sides that built and ran one step, {side: why not}). A side
+    that fails otherwise than for memory is recorded as failed (its traceback printed,
+    and in FAILED) and the others still run: one broken side costs its own cell only."""
     fns, skipped = {}, {}
     for name, build in builders.items():
         try:
@@ -254,9 +260,16 @@ def build_sides(builders: dict) -> tuple[dict, dict]:
             fns[name] = fn
         except oom():
             skipped[name] = "ran out of GPU memory"
+        except Exception as e:
+            traceback.print_exc()
+            skipped[name] = f"failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}"
+            FAILED.append(f"{name}: {skipped[name]}")
         if name in skipped:  # outside the handler: its traceback holds the side's tensors
             free_gpu()
     return fns, skipped
+
+
+FAILED: list = []  # "side: failed: why" of every side that failed in this run
 
 
 def oom() -> tuple:
