@@ -88,13 +88,12 @@ class EdgeTranspose:
         tl, tr = t.edge_keys(transposed=True)
         self.local = _pairing(fl, tl, "local")
         size = plan.num_ranks
+        if size == 1:  # no remote edges: nothing to pair or send
+            return
         self.send_order = np.argsort(plan.remote_pe, kind="stable")
         self.send_counts = np.bincount(plan.remote_pe, minlength=size).astype(np.int64)
         # the transposed remote edges of peer q are forward remote edges on their owner
         self.recv_counts = np.bincount(t.remote_pe, minlength=size).astype(np.int64)
-        if size == 1:
-            self.remote = np.zeros(0, np.int64)
-            return
         keys = np.empty(int(self.recv_counts.sum()), np.int64)
         comm.alltoallv(fr[self.send_order], self.send_counts, keys, self.recv_counts)
         self.remote = _pairing(keys, tr, "remote")
@@ -104,7 +103,7 @@ class EdgeTranspose:
         numpy for numpy, cupy for cupy: only the remote values cross the host (for MPI)."""
         xp = array_module(local)
         local = xp.ascontiguousarray(local[_on(self, xp, "local")])
-        if self.plan.num_ranks == 1:  # no upload either: a captured step (one PE) can't hold one
+        if self.plan.num_ranks == 1:  # nor an upload, which a captured step (one PE) can't hold
             return local, xp.empty((0, *remote.shape[1:]), remote.dtype)
         recv = np.empty((int(self.recv_counts.sum()), *remote.shape[1:]), remote.dtype)
         send = to_host(remote[_on(self, xp, "send_order")])

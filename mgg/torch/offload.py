@@ -96,8 +96,8 @@ class _Mover:
             done.record(self.side)
         return dev, done
 
-    def wait(self, dev: torch.Tensor, token) -> None:
-        """The work from here on sees the copy of ``token`` into ``dev``."""
+    def wait(self, token) -> None:
+        """The work from here on sees the copy of ``token`` (to_device's)."""
         if self.gpu:
             torch.cuda.current_stream(self.device).wait_event(token)
         else:
@@ -199,7 +199,7 @@ def _unpack(saved):
     else:
         dev, token = state.mover.to_device(saved.host, saved.stored)
     saved.used = True
-    state.mover.wait(dev, token)
+    state.mover.wait(token)
     state.fetch_before(saved.index)
     return dev
 
