@@ -53,8 +53,9 @@ def gather_rows(comm, out, dtype=np.float32) -> np.ndarray | None:
         send = np.zeros(p, np.int64)
         send[0] = took[comm.rank]
         comm.alltoallv(rows[a : a + send[0]], send, recv, took if lead else np.zeros(p, np.int64))
-        for r, at in zip(range(p), np.cumsum(took) - took, strict=True) if lead and not one else ():
-            whole[starts[r] + a : starts[r] + a + took[r]] = recv[at : at + took[r]]
+        if lead and not one:  # the round's rows of each rank into their place
+            for r, at in zip(range(p), np.cumsum(took) - took, strict=True):
+                whole[starts[r] + a : starts[r] + a + took[r]] = recv[at : at + took[r]]
     return whole if lead else None
 
 
