@@ -134,6 +134,9 @@ SPIN_S = 1e-3  # Test() in a loop this long before sleeping: a peer late by less
 NAP_S = (5e-5, 1e-3)  # then sleep between Tests, doubling from the first to the longest
 CLAIM_S = 0.05  # ranks that time out together: the lowest reports
 ASK_S = 2.0  # how long to wait for the state of a rank on another node
+# a rank found neither in the collective nor at work alone is looked at once more this much
+# later: it may have just left comm.alone() for the collective (a preempted rank, for ms)
+GRACE_S = 0.25
 SHOWN = 8  # ranks a message details
 SLOT = 3  # words each rank publishes: what it last entered, timed out, at work alone
 HINT = (
@@ -424,16 +427,20 @@ class MPIComm(Comm):
             if test():
                 return
         deadline, nap, here, stalled = start + self.timeout, NAP_S[0], False, False
+        suspect = False
         while not test():
             now = clock()
             if now >= deadline:
                 slots = self._coll.peek()
                 late = [r for r, s in enumerate(slots) if s is None or not _joined(s[0], n, code)]
                 missing = [r for r in late if r != self.rank and not (slots[r] and slots[r][2])]
+                if missing and not suspect:
+                    suspect, deadline = True, now + GRACE_S
+                    continue
                 if missing or (stalled and not late):
                     self._fail(self._late(n, code, missing, [s and s[0] for s in slots]))
                 # all in: give it one more timeout; some at work alone: wait for them
-                stalled, deadline = not late, now + self.timeout
+                suspect, stalled, deadline = False, not late, now + self.timeout
             elif not here:  # someone on this node is not in yet: sleep, not spin
                 here = self._coll.joined_here(n, code)
                 if not here:
