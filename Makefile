@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 NP     ?= 4
+# pytest workers (pytest-xdist): the tests wait on mpiexec jobs, sleeps and nvcc as much
+# as they compute, so two workers keep CI's two cores busy; JOBS=N make test for more
+JOBS   ?= 2
 
 .PHONY: demo test test-quick bench lint clean venv
 
@@ -21,12 +24,12 @@ demo: $(VENV)/.core
 	$(BIN)/python launch/mggrun -np $(NP) $(BIN)/mgg demo
 
 test: $(VENV)/.core
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(JOBS)
 
 # the edit-run loop: every test that starts no mpiexec and compiles no CUDA (markers mpi and
 # compile; tests/conftest.py fails a test that starts either unmarked)
 test-quick: $(VENV)/.core
-	$(BIN)/python -m pytest -q -m "not mpi and not compile"
+	$(BIN)/python -m pytest -q -n $(JOBS) -m "not mpi and not compile"
 
 bench: $(VENV)/.core
 	$(BIN)/python bench/run_all.py

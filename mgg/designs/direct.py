@@ -29,7 +29,7 @@ class Direct(CpuDesign):
         cuts = np.arange(0, n + block_nodes, block_nodes).clip(max=n)
         pe_all, row_all = p.remote_pe, p.remote_row
         # position of each remote edge in its block's buffer
-        self.edge_pos = np.empty(p.num_remote_edges, np.int64)
+        self.edge_pos = np.empty(p.num_remote_edges, np.int32)  # < a block's edges
         self.blocks = []  # (first RNP, end RNP, selections) of each block with remote edges
         widest = 0
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):
