@@ -4,9 +4,8 @@ import sys
 from pathlib import Path
 
 # make test's workers (and the ranks they start) share the cores: an idle OpenMP thread
-# of torch or numba sleeps instead of spinning on a core another process needs (at -n 2,
-# the quick tier: 87-108 s spinning, 70-74 s not; the whole suite: 542 s, 485 s). Read
-# once, as libgomp loads: here, before anything imports mgg.
+# of torch or numba sleeps instead of spinning on a core another process needs. libgomp
+# reads this as it loads: here, before anything imports mgg.
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 import numpy as np  # noqa: E402

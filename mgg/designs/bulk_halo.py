@@ -27,7 +27,7 @@ class BulkHalo(CpuDesign):
         self.send = np.empty((self.send_rows.size, self.dim), self.dtype)
         self.recv = np.empty((p.num_halo, self.dim), self.dtype)
         # rows arrive grouped by owner: remote edges read them there, not in halo order
-        pos = np.empty(p.num_halo, np.int32)  # as remote_slot: one kernel for every design
+        pos = np.empty(p.num_halo, np.int32)  # halo slots are int32 (remote_slot)
         pos[h.order] = np.arange(p.num_halo)
         self.remote_index = pos[p.remote_slot]
 

@@ -28,8 +28,9 @@ class Direct(CpuDesign):
         n = p.num_local_nodes
         cuts = np.arange(0, n + block_nodes, block_nodes).clip(max=n)
         pe_all, row_all = p.remote_pe, p.remote_row
-        # position of each remote edge in its block's buffer
-        self.edge_pos = np.empty(p.num_remote_edges, np.int32)  # < a block's edges
+        # position of each remote edge in its block's buffer (int32, as every design's
+        # indices: one compiled kernel serves them all)
+        self.edge_pos = np.empty(p.num_remote_edges, np.int32)
         self.blocks = []  # (first RNP, end RNP, selections) of each block with remote edges
         widest = 0
         for a, b in zip(cuts[:-1], cuts[1:], strict=True):

@@ -35,10 +35,9 @@ class Pushes:
         self.steps = int(comm.allreduce(np.array([nb], np.int64), "max")[0])
         batch = np.searchsorted(first_new, np.arange(p.num_halo), "right") - 1
         order = np.lexsort((p.halo_pe, batch))  # by batch, then owner, else first use
-        pos = np.empty(p.num_halo, np.int64)
+        pos = np.empty(p.num_halo, np.int32)  # halo slots are int32 (remote_slot)
         pos[order] = np.arange(p.num_halo)
-        index_type = np.int32 if p.num_halo <= np.iinfo(np.int32).max else np.int64
-        self.remote_index = pos[p.remote_slot].astype(index_type)
+        self.remote_index = pos[p.remote_slot]
         recv = np.zeros((self.steps, size), np.int64)
         np.add.at(recv, (batch, p.halo_pe), 1)
         self.recv_counts = recv  # [S, P] rows from each owner per batch
