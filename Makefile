@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 NP     ?= 4
-# pytest workers (pytest-xdist): one worker kept 1.2 of CI's two cores busy (its tests
-# wait on mpiexec jobs and sleeps), two keep 1.7 (three: slower); JOBS=N make test
+# pytest workers (pytest-xdist): one leaves cores idle while its tests wait on mpiexec
+# jobs and sleeps, two keep both of CI's cores busy (three were slower); JOBS=N make test
 JOBS   ?= 2
 
 .PHONY: demo test test-quick bench lint clean venv

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 
+from ..graph.core import inverse
 from ..kernels import cpu
 from .cpu import CpuDesign
 from .halo import HaloExchange
@@ -27,9 +28,7 @@ class BulkHalo(CpuDesign):
         self.send = np.empty((self.send_rows.size, self.dim), self.dtype)
         self.recv = np.empty((p.num_halo, self.dim), self.dtype)
         # rows arrive grouped by owner: remote edges read them there, not in halo order
-        pos = np.empty(p.num_halo, np.int32)  # halo slots are int32 (remote_slot)
-        pos[h.order] = np.arange(p.num_halo)
-        self.remote_index = pos[p.remote_slot]
+        self.remote_index = inverse(h.order, np.int32)[p.remote_slot]  # slots are int32
 
     def run(self, op, eps, out):
         p = self.plan

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..comm.mpi import mpi_type
+from ..graph.core import inverse
 from ..kernels import cpu
 from ..precision import bits
 
@@ -35,9 +36,7 @@ class Pushes:
         self.steps = int(comm.allreduce(np.array([nb], np.int64), "max")[0])
         batch = np.searchsorted(first_new, np.arange(p.num_halo), "right") - 1
         order = np.lexsort((p.halo_pe, batch))  # by batch, then owner, else first use
-        pos = np.empty(p.num_halo, np.int32)  # halo slots are int32 (remote_slot)
-        pos[order] = np.arange(p.num_halo)
-        self.remote_index = pos[p.remote_slot]
+        self.remote_index = inverse(order, np.int32)[p.remote_slot]  # slots are int32
         recv = np.zeros((self.steps, size), np.int64)
         np.add.at(recv, (batch, p.halo_pe), 1)
         self.recv_counts = recv  # [S, P] rows from each owner per batch

@@ -324,10 +324,10 @@ class Graph:
 GRAPH_KINDS = ("gcn_norm", "self_loops", "no_self_loops", "as_is")
 
 
-def inverse(perm: np.ndarray) -> np.ndarray:
-    """int64 [N]: the inverse of the permutation ``perm`` [N] (rank[perm[i]] = i)."""
-    rank = np.empty(perm.size, np.int64)
-    rank[perm] = np.arange(perm.size, dtype=np.int64)
+def inverse(perm: np.ndarray, dtype=np.int64) -> np.ndarray:
+    """dtype [N]: the inverse of the permutation ``perm`` [N] (rank[perm[i]] = i)."""
+    rank = np.empty(perm.size, dtype)
+    rank[perm] = np.arange(perm.size, dtype=dtype)
     return rank
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InputError
 from ..hashing import GOLDEN, mix64
 from ..memory import csr_bytes, require
-from .core import Graph, index_dtype
+from .core import Graph, index_dtype, inverse
 from .dataset import Dataset, make_split
 
 __all__ = [
@@ -121,9 +121,7 @@ class _Rewire:
     def make(cls, n: int, num_classes: int, prob: float, seed: int) -> _Rewire:
         rng = np.random.default_rng([seed, 0x5EED, 3])
         order = rng.permutation(n).astype(index_dtype(n))
-        pos = np.empty(n, order.dtype)
-        pos[order] = np.arange(n, dtype=order.dtype)
-        return cls(prob, order, pos, num_classes)
+        return cls(prob, order, inverse(order, order.dtype), num_classes)
 
     def labels(self) -> np.ndarray:
         """int64 [N]: the class of every node."""
