@@ -116,11 +116,11 @@ def test_a_side_that_fails_costs_its_own_cell_and_fails_the_run(monkeypatch):
 
     ran, freed = [], []
     monkeypatch.setattr(e2e_vs_pyg, "free_gpu", lambda: freed.append(1))
+    monkeypatch.setattr(e2e_vs_pyg, "FAILED", [])  # the run's list, this test's alone
 
     def broken():
         raise RuntimeError("the stream was capturing\nmore")
 
-    e2e_vs_pyg.FAILED.clear()
     fns, skipped = e2e_vs_pyg.build_sides(
         {"a": lambda: lambda: ran.append("a"), "b": broken, "c": lambda: lambda: ran.append("c")}
     )
@@ -128,4 +128,3 @@ def test_a_side_that_fails_costs_its_own_cell_and_fails_the_run(monkeypatch):
     assert skipped == {"b": "failed: RuntimeError: the stream was capturing"}
     assert e2e_vs_pyg.FAILED == ["b: failed: RuntimeError: the stream was capturing"]
     assert freed == [1]
-    e2e_vs_pyg.FAILED.clear()

@@ -244,6 +244,7 @@ def captured(model, ds):
 
 
 JOBS: list = []  # the graph sides' jobs of the row being measured
+FAILED: list = []  # "side: failed: why" of every side that failed in this run
 
 
 def build_sides(builders: dict) -> tuple[dict, dict]:
@@ -267,9 +268,6 @@ def build_sides(builders: dict) -> tuple[dict, dict]:
         if name in skipped:  # outside the handler: its traceback holds the side's tensors
             free_gpu()
     return fns, skipped
-
-
-FAILED: list = []  # "side: failed: why" of every side that failed in this run
 
 
 def oom() -> tuple:
