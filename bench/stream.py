@@ -24,14 +24,15 @@ from pathlib import Path
 import numpy as np
 
 from mgg.graph.specs import resolve, spec_facts
-from mgg.memory import format_bytes, job_estimate, job_facts
+from mgg.memory import budget_for, format_bytes, job_estimate, job_facts
 from mgg.torch import MODELS
 
 from common import RESULTS, csv_list, mgg_json, write_results
 
 
 def budgets(spec: str, model: str, dtype: str, ks: list[int]) -> tuple[int, dict]:
-    """(rows of the one rank, {k: the device budget whose plan streams rows/k at a time})."""
+    """(rows of the one rank, {k: the device budget whose plan streams rows/k at a time}:
+    the plan fills only its usable part, so the budget is the one whose part holds it)."""
     d = spec_facts(spec) or job_facts(resolve(spec))
     rows = d["n"]
     out = {}
@@ -39,7 +40,7 @@ def budgets(spec: str, model: str, dtype: str, ks: list[int]) -> tuple[int, dict
         chunk = max(1, math.ceil(rows / k))
         est = job_estimate(d, 1, "train", model=MODELS[model], rows=rows, device=True,
                            stream=chunk, dtype=dtype)  # fmt: skip
-        out[k] = int(est["total"])
+        out[k] = budget_for(int(est["total"]))
     return rows, out
 
 

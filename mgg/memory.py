@@ -7,7 +7,9 @@ ResourceError naming the input and the numbers when an allocation the input decl
 cannot fit. ``estimate(...)`` is a command's peak resident bytes per rank, part by part:
 the data, the plan, the activations and the model (parameters, gradients, optimizer
 state); calibrated against VmHWM (bench/memory_estimate.py). ``check_job`` checks it
-against ``MGG_MEMORY_LIMIT`` (the rank's whole peak) or what the rank has.
+against ``MGG_MEMORY_LIMIT`` (the rank's whole peak) or what the rank has, and ``plan``
+against a budget: either fits only within the budget's ``usable`` part, all but its
+HEADROOM, the one line every check, fix and streamed chunk is chosen against.
 
 Pure: no comm, torch or numpy at import, so the graph layer imports it (``model_params``
 imports torch when it is called).
@@ -17,15 +19,18 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 
 from .errors import InputError, ResourceError
 from .knobs import DEFAULTS
 from .precision import row_dtype
 
 __all__ = [
+    "HEADROOM",
     "LIMIT_ENV",
     "available",
     "available_bytes",
+    "budget_for",
     "check_estimate",
     "check_job",
     "csr_bytes",
@@ -36,6 +41,8 @@ __all__ = [
     "parse_size",
     "peak_rss_mb",
     "require",
+    "usable",
+    "usable_words",
 ]
 
 LIMIT_ENV = "MGG_MEMORY_LIMIT"
@@ -44,6 +51,10 @@ HINT = (
     "check the sizes the input declares; else give each rank more memory (fewer ranks per "
     f"node, a sharded dataset: mgg partition --out), or set {LIMIT_ENV} to override"
 )
+# The share of a rank's budget (host or GPU) no plan may fill: what no estimate counts
+# (the allocator's fragmentation, the CUDA context's growth, NCCL's and NVSHMEM's heaps)
+# takes it, so a rank planned at 99% of its memory runs out of it (memory.usable).
+HEADROOM = 0.10
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgtp]?)(i?b?)\s*$", re.IGNORECASE)
 
@@ -168,9 +179,38 @@ def available_bytes() -> int:
     return available()[0]
 
 
+def _keep() -> Fraction:
+    """The share of a budget a plan may fill (1 - HEADROOM, as an exact fraction)."""
+    return 1 - Fraction(HEADROOM).limit_denominator(10**6)
+
+
+def usable(budget: int) -> int:
+    """The bytes of ``budget`` a plan may fill: all but its HEADROOM (rounded down)."""
+    keep = _keep()
+    return int(budget) * keep.numerator // keep.denominator
+
+
+def budget_for(nbytes: int) -> int:
+    """The smallest budget whose :func:`usable` part holds ``nbytes``."""
+    keep = _keep()
+    return -(-int(nbytes) * keep.denominator // keep.numerator)
+
+
+def usable_words(budget: int, how: str) -> str:
+    """``36.0 GiB usable: 90% of the 40.0 GiB available (how)``: what a plan may fill of
+    ``budget``."""
+    return (
+        f"{format_bytes(usable(budget))} usable: {float(_keep()):.0%} of the "
+        f"{format_bytes(budget)} available ({how})"
+    )
+
+
 def require(nbytes: float, what: str, source, hint: str = HINT) -> None:
     """Raise ResourceError ``SOURCE: WHAT needs X but this rank has Y available (how);
-    hint`` when ``nbytes`` exceed :func:`available_bytes`."""
+    hint`` when ``nbytes`` exceed :func:`available_bytes`. No HEADROOM here: it refuses one
+    allocation an input declares (a header's sizes, a spec's counts) that cannot succeed
+    now, before it is tried; whether a job fits, headroom kept, is the estimate's judgement
+    (:func:`check_estimate`, :func:`plan`), which counts that allocation with the rest."""
     have, how = available()
     if nbytes > have:
         raise ResourceError(
@@ -579,22 +619,23 @@ def _device(
 
 
 def check_estimate(parts: dict[str, int], source, what: str = "this job") -> int:
-    """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) exceeds
-    ``MGG_MEMORY_LIMIT`` (a rank's whole peak) or, without it, what this rank has beside what
-    this process already holds; returns the estimate in MB."""
+    """Raise ResourceError when ``parts["total"]`` (an :func:`estimate`) exceeds the
+    :func:`usable` part of ``MGG_MEMORY_LIMIT`` (a rank's whole peak) or, without it, of
+    what this rank has and what this process already holds (:func:`plan`'s rule, against
+    the budget :func:`checked_estimate`'s fixes are planned with); returns the estimate in
+    MB."""
     have, how = available()
-    limited = bool(os.environ.get(LIMIT_ENV, "").strip())
-    held = 0 if limited else _proc_bytes("/proc/self/status", "VmRSS") or 0
-    if parts["total"] - held > have:
+    held = _held()
+    if parts["total"] > usable(have + held):
         big = sorted(
             ((v, k) for k, v in parts.items() if k not in ("total", "baseline")), reverse=True
         )[:3]
         detail = ", ".join(f"{k} {format_bytes(v)}" for v, k in big)
         if held:
-            detail += f"; {format_bytes(held)} already held"
+            how += f", and the {format_bytes(held)} this process holds"
         raise ResourceError(
             f"{source}: {what} needs about {format_bytes(parts['total'])} per rank "
-            f"({detail}) but this rank has {format_bytes(have)} available ({how}); {HINT}"
+            f"({detail}) but this rank has {usable_words(have + held, how)}; {HINT}"
         )
     return round(parts["total"] / 2**20, 1)
 
@@ -788,12 +829,15 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     the run: its dataset (a shard's plan included), the plan it built, what is offloaded
     and its streamed features, pinned), against ``budget`` (bytes a rank has: 'host', and
     'device'), ``fits``, and,
-    with ``suggest``, the ``fixes`` that fit when it does not. A training rank whose GPU
+    with ``suggest``, the ``fixes`` that fit when it does not. A rank fits where its totals
+    are within the :func:`usable` part of each budget (``usable``: all but HEADROOM, the
+    line its fixes and streamed chunks are chosen against too). A training rank whose GPU
     would not hold it keeps its dense features in host memory and streams them
     (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`),
     and where that is not enough, or with ``offload``, its saved activations too
     (``device["offload"]``; the host's part ``offloaded``)."""
     d = job_facts(ds)
+    cap = {k: usable(v) for k, v in budget.items()}
     kw.pop("rows", None)  # each rank's, from bounds
     forced = bool(kw.pop("offload", False)) and command == "train"
     per_rank, memo = [], {}
@@ -807,7 +851,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                     gpu = job_estimate(
                         d, ranks, command, model=model, rows=rows, device=True, **kw_off
                     )
-                    if gpu["total"] > budget["device"]:
+                    if gpu["total"] > cap["device"]:
                         chunk = stream_rows(
                             d, ranks, command, budget["device"], model, rows, kw_off
                         )
@@ -816,7 +860,7 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                                 d, ranks, command, model=model, rows=rows, device=True,
                                 stream=chunk, **kw_off,
                             )  # fmt: skip
-                    if gpu["total"] <= budget["device"] or command != "train":
+                    if gpu["total"] <= cap["device"] or command != "train":
                         break
                 host = {k: host[k] for k in HOST_PARTS if k in host}
                 if d["sharded"]:  # a shard's plan is in its dataset
@@ -838,7 +882,8 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
                 item["device"]["offload"] = True
         per_rank.append(item)
     fits = _fits(per_rank, budget)
-    out = {"command": command, "np": ranks, "budget": budget, "fits": fits, "per_rank": per_rank}
+    out = {"command": command, "np": ranks, "budget": budget, "usable": cap, "headroom": HEADROOM}
+    out.update(fits=fits, per_rank=per_rank)
     if suggest:
         out["fixes"] = [] if fits else fixes(d, ranks, command, budget, model=model, **kw)
     return out
@@ -856,14 +901,14 @@ def _host_total(host: dict, sharded: bool) -> int:
 
 def stream_rows(d: dict, ranks: int, command: str, budget: int, model, rows: int, kw) -> int:
     """The most rows of dense input features a chunk streamed through a GPU of
-    ``budget`` bytes may hold beside the rest of the training rank (at most its ``rows``);
-    0 when the job has no dense features to stream or a chunk would hold fewer than
-    STREAM_MIN_ROWS (or ``rows``)."""
+    ``budget`` bytes may hold beside the rest of the training rank within the budget's
+    :func:`usable` part (at most its ``rows``); 0 when the job has no dense features to
+    stream or a chunk would hold fewer than STREAM_MIN_ROWS (or ``rows``)."""
     if command != "train" or d["feature_nnz"] is not None or not d["features"] or rows < 1:
         return 0
     one = job_estimate(d, ranks, command, model=model, rows=rows, device=True, stream=1, **kw)
     per_row = one["stream"]
-    chunk = min(rows, (budget - (one["total"] - per_row)) // per_row)
+    chunk = min(rows, (usable(budget) - (one["total"] - per_row)) // per_row)
     return int(chunk) if chunk >= min(STREAM_MIN_ROWS, rows) else 0
 
 
@@ -872,20 +917,22 @@ def _parts(est: dict) -> dict:
 
 
 def _fits(per_rank: list, budget: dict) -> bool:
+    """Every rank within the :func:`usable` part of each budget (host, and device)."""
+    cap = {k: usable(v) for k, v in budget.items()}
     return all(
-        r["total_bytes"] <= budget["host"]
-        and ("device" not in r or r["device"]["total_bytes"] <= budget["device"])
+        r["total_bytes"] <= cap["host"]
+        and ("device" not in r or r["device"]["total_bytes"] <= cap["device"])
         for r in per_rank
     )
 
 
 def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
-    """The flags, each alone, that make the job fit ``budget``: bfloat16 rows, the output
-    layer for the labeled rows only (a model whose last layer can: GCN, SAGE), fewer
-    hidden units (halved, down to 8), one design checked at a time, or more ranks (up to
-    64x, when each has its own budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none
-    does. Not --recompute: two layers peak in the backward pass with or without it
-    (docs/data.md)."""
+    """The flags, each alone, that make the job fit ``budget`` (by :func:`plan`'s rule,
+    HEADROOM kept: each planned again with its flag): bfloat16 rows, the output layer for
+    the labeled rows only (a model whose last layer can: GCN, SAGE), fewer hidden units
+    (halved, down to 8), one design checked at a time, or more ranks (up to 64x, when each
+    has its own budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does. Not
+    --recompute: two layers peak in the backward pass with or without it (docs/data.md)."""
     device = "device" in budget
     tries = []
     if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":

@@ -13,7 +13,7 @@ import torch
 import mgg.memory
 from mgg.graph.generators import planted_partition
 from mgg.graph.specs import resolve
-from mgg.memory import estimate, job_estimate, plan
+from mgg.memory import budget_for, estimate, job_estimate, plan
 from mgg.torch import MODELS, build_model
 from mgg.torch.offload import offloaded
 from mgg.torch.ops import _copy_thread
@@ -165,10 +165,10 @@ def test_the_plan_keeps_activations_on_the_host_only_where_streaming_is_not_enou
     assert offloaded_too["activations"] < streamed["activations"]
     moved = streamed["activations"] - offloaded_too["activations"]
     assert 0 < offloaded_too["offloaded"] <= moved  # the device saves what the host takes
-    out, rank = _device(streamed["total"], d)  # streaming is enough: no offload
+    out, rank = _device(budget_for(streamed["total"]), d)  # streaming is enough: no offload
     assert out["fits"] and "offload" not in rank["device"]
     assert "offloaded" not in rank["parts"]
-    out, rank = _device(streamed["total"] - 1, d)  # then activations go too (or alone)
+    out, rank = _device(budget_for(streamed["total"]) - 1, d)  # then activations go too
     assert out["fits"] and rank["device"]["offload"]
     assert rank["parts"]["offloaded"] > 0 and rank["device"]["total_bytes"] < streamed["total"]
     assert "offloaded" not in rank["device"]["parts"]  # the host's, not the device's
@@ -226,7 +226,7 @@ def test_train_offloads_when_asked_and_under_a_simulated_device_budget(capsys, m
     assert np.array_equal(asked["losses"], held["losses"])
     est = job_estimate(resolve(WIDE_SPEC), 1, "train", model=MODELS["gcn"], rows=3000,
                        device=True, stream=1024)  # fmt: skip
-    assert main([*TRAIN, "--device-memory", str(est["total"] - 1)]) == 0
+    assert main([*TRAIN, "--device-memory", str(budget_for(est["total"]) - 1)]) == 0
     auto = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert auto["offload"] is True and auto["planned_device_bytes"] < est["total"]
     assert np.allclose(auto["losses"], held["losses"], rtol=2e-6)

@@ -9,7 +9,7 @@ import pytest
 
 from mgg.graph.generators import planted_partition
 from mgg.kernels import aggregate
-from mgg.memory import estimate, facts, plan
+from mgg.memory import budget_for, estimate, facts, plan
 from mgg.partition import build_plan
 from mgg.torch import MODELS, build_model
 from mgg.train import Trainer, build_optimizer, prepare
@@ -136,7 +136,7 @@ def test_the_plan_counts_the_output_rows_it_computes():
     total = need["per_rank"][0]["device"]["total_bytes"]
     cut_plan = plan(few, 1, "train", budget=budget, device=True, model=MODELS["gcn"],
                     hidden=128, output_rows="labeled")  # fmt: skip
-    between = (total + cut_plan["per_rank"][0]["device"]["total_bytes"]) // 2
+    between = budget_for((total + cut_plan["per_rank"][0]["device"]["total_bytes"]) // 2)
     out = plan(few, 1, "train", budget={"host": 2**62, "device": between}, device=True,
                model=MODELS["gcn"], hidden=128)  # fmt: skip
     assert not out["fits"] and "--output-rows labeled" in out["fixes"]

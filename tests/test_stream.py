@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mgg.distgraph import DistGraph
 from mgg.graph.generators import planted_partition
-from mgg.memory import estimate, facts, job_estimate, plan
+from mgg.memory import budget_for, estimate, facts, job_estimate, plan
 from mgg.torch import MODELS, HostRows, build_model, dropout, linear
 from mgg.train import Trainer, build_optimizer, prepare
 
@@ -141,25 +141,25 @@ def test_the_plan_streams_the_largest_chunk_that_fits(dtype):
     held = _total(0, dtype=dtype)
     smallest = _total(1024, dtype=dtype)
     assert smallest < held  # features kept on the host free more than a chunk takes
-    for budget in (held - 1, (held + smallest) // 2, smallest):
-        out, dev = _device(budget, dtype=dtype)
+    for room in (held - 1, (held + smallest) // 2, smallest):  # a budget's usable part
+        out, dev = _device(budget_for(room), dtype=dtype)
         k = dev["stream_rows"]
-        assert out["fits"] and dev["total_bytes"] <= budget
+        assert out["fits"] and dev["total_bytes"] <= room
         assert dev["total_bytes"] == _total(k, dtype=dtype)
-        assert k == 4000 or _total(k + 1, dtype=dtype) > budget  # the most rows that fit
+        assert k == 4000 or _total(k + 1, dtype=dtype) > room  # the most rows that fit
         assert dev["parts"]["stream"] > 0 and dev["parts"]["dataset"] < held // 1000
-    out, dev = _device(held, dtype=dtype)  # fits as it is: nothing streams
+    out, dev = _device(budget_for(held), dtype=dtype)  # fits as it is: nothing streams
     assert out["fits"] and "stream_rows" not in dev and "stream" not in dev["parts"]
-    out, dev = _device(smallest - 1, dtype=dtype)  # a chunk under 1,024 rows: and offload
+    out, dev = _device(budget_for(smallest) - 1, dtype=dtype)  # a chunk under 1,024: offload
     assert out["fits"] and dev["offload"] and dev["total_bytes"] < smallest
     floor = _total(1024, dtype=dtype, offload=True)
-    out, dev = _device(floor - 1, dtype=dtype)  # even then a chunk under 1,024 rows: refused
+    out, dev = _device(budget_for(floor) - 1, dtype=dtype)  # still under 1,024 rows: refused
     assert not out["fits"] and "stream_rows" not in dev and out["fixes"]
 
 
 def test_only_dense_training_features_stream():
     sparse = facts(4000, 40_000, features=2000, classes=4, feature_nnz=400_000)
-    budget = _total(0, d=sparse) - 1
+    budget = budget_for(_total(0, d=sparse)) - 1
     out, dev = _device(budget, d=sparse)
     assert "stream_rows" not in dev and dev["offload"]  # its activations leave instead
     check = plan(WIDE, 1, "check", budget={"host": 2**62, "device": 1}, device=True)
@@ -179,11 +179,11 @@ def test_train_streams_under_a_simulated_device_budget(capsys):
     assert main(TRAIN) == 0
     held = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert held["stream_rows"] is None and held["planned_device_bytes"] is None
-    budget = _held_total(WIDE_SPEC) - 4 * 2**20  # 4 MiB short of the features on the device
-    assert main([*TRAIN, "--device-memory", str(budget)]) == 0
+    room = _held_total(WIDE_SPEC) - 4 * 2**20  # usable: 4 MiB short of the features held
+    assert main([*TRAIN, "--device-memory", str(budget_for(room))]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert 1024 <= out["stream_rows"] < 3000
-    assert out["planned_device_bytes"] <= budget
+    assert out["planned_device_bytes"] <= room
     assert "streamed from host memory" in out["notes"]
     assert np.allclose(out["losses"], held["losses"], rtol=2e-6)
     assert out["test_acc"] == pytest.approx(held["test_acc"], abs=1e-9)
@@ -207,7 +207,7 @@ TWO = "planted:nodes=6000,classes=4,features=1500"  # 3,000 rows a rank
 
 @pytest.mark.mpi
 def test_ranks_stream_their_own_rows_with_the_masks_of_one_process():
-    budget = _held_total(TWO, 2, "sage") - 4 * 2**20
+    budget = budget_for(_held_total(TWO, 2, "sage") - 4 * 2**20)
     args = [*TRAIN, "--dataset", TWO, "--model", "sage", "--dropout", "0.5"]
     runs = mpi_runs(2, args, [[], ["--device-memory", budget]])
     assert len(runs) == 2 and runs[0]["np"] == 2
@@ -246,10 +246,10 @@ def test_a_gpu_job_streams_under_its_device_budget_and_trains_alike(capsys):
     args = [*TRAIN, "--backend", "cuda"]
     assert main(args) == 0
     held = json.loads(capsys.readouterr().out.splitlines()[-1])
-    budget = _held_total(WIDE_SPEC) - 4 * 2**20
-    assert main([*args, "--device-memory", str(budget)]) == 0
+    room = _held_total(WIDE_SPEC) - 4 * 2**20
+    assert main([*args, "--device-memory", str(budget_for(room))]) == 0
     out = json.loads(capsys.readouterr().out.splitlines()[-1])
-    assert 1024 <= out["stream_rows"] < 3000 and out["planned_device_bytes"] <= budget
+    assert 1024 <= out["stream_rows"] < 3000 and out["planned_device_bytes"] <= room
     assert np.allclose(out["losses"], held["losses"], rtol=1e-4)
     assert out["peak_device_bytes"][0] > 0 and held["peak_device_bytes"][0] > 0
 

@@ -79,7 +79,7 @@ def device_plan(args, ds, ranks: int, command: str, job: dict, backend: str) -> 
     --device-memory given; without it (the GPU's own memory, an estimate not yet
     calibrated on a GPU: docs/data.md) a warning."""
     from ..errors import ResourceError
-    from ..memory import format_bytes, plan
+    from ..memory import format_bytes, plan, usable_words
     from ..partition.shards import ShardedDataset
     from ..process import local_size
 
@@ -95,7 +95,7 @@ def device_plan(args, ds, ranks: int, command: str, job: dict, backend: str) -> 
     why = (
         f"mgg {command} on {ranks} rank(s) needs about {format_bytes(big)} per device"
         + (", its features streamed or not" if command == "train" else "")
-        + f", but a device has {format_bytes(budget)} ({how})"
+        + f", but a device has {usable_words(budget, how)}"
     )
     fixes = f"; it would fit with {' or '.join(out['fixes'])}" if out["fixes"] else ""
     if given is not None:

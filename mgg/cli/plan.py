@@ -1,7 +1,8 @@
 """`mgg plan`: what a job will hold per rank, part by part, on the host and (``--backend
 cuda``) on each GPU, against what a rank has, before anything is allocated; whether it
-fits, and what would make it fit. Generated graphs (papers100m, stand-ins) and sharded
-datasets are planned from their counts alone; other inputs are read first."""
+fits (within ``memory.usable``: all but ``memory.HEADROOM`` of a budget), and what would
+make it fit. Generated graphs (papers100m, stand-ins) and sharded datasets are planned
+from their counts alone; other inputs are read first."""
 
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ def _budget(args) -> tuple[dict, dict]:
 
 
 def _print(args, out: dict) -> None:
-    from ..memory import format_bytes
+    from ..memory import format_bytes, usable_words
 
     big = max(out["per_rank"], key=lambda r: r["total_bytes"])
     gpu = "device" in big
@@ -139,16 +140,32 @@ def _print(args, out: dict) -> None:
         rows.append(row)
     total = ["peak" if not gpu else "total", format_bytes(big["total_bytes"])]
     has = ["a rank has", format_bytes(out["budget"]["host"])]
+    use = [f"usable ({1 - out['headroom']:.0%})", format_bytes(out["usable"]["host"])]
     if gpu:
         total.append(format_bytes(big["device"]["total_bytes"]))
         has.append(format_bytes(out["budget"]["device"]))
+        use.append(format_bytes(out["usable"]["device"]))
     heads = ["part", "host"] + (["GPU"] if gpu else [])
     print(
         f"{out['graph']}: mgg {out['command']} on {out['np']} rank(s) ({out['backend']}); "
         f"rank {big['rank']} of {out['np']}, {big['rows']:,} node rows, the largest:"
     )
-    print(format_table([*rows, total, has], heads))
-    print("budget: " + "; ".join(f"{k} from {v}" for k, v in out["budget_how"].items()))
+    print(format_table([*rows, total, has, use], heads))
+    print(
+        "budget: "
+        + "; ".join(f"{k} from {v}" for k, v in out["budget_how"].items())
+        + f"; a plan fits within {1 - out['headroom']:.0%} of it, {out['headroom']:.0%} kept "
+        "for what no estimate counts (fragmentation, the CUDA context, NCCL/NVSHMEM heaps)"
+    )
+    for key, side in (("host", "host"), ("device", "GPU")):
+        if out["fits"] or key not in out["budget"]:
+            continue
+        need = max(
+            r["total_bytes"] if key == "host" else r[key]["total_bytes"] for r in out["per_rank"]
+        )
+        if need > out["usable"][key]:
+            has = usable_words(out["budget"][key], out["budget_how"][key])
+            print(f"a rank's {side} needs {format_bytes(need)} but has {has}")
     chunk = big.get("device", {}).get("stream_rows")
     off = " and the activations kept there" if big.get("device", {}).get("offload") else ""
     if out["fits"] and chunk:

@@ -152,7 +152,14 @@ def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
     from ..graph.specs import dataset_source
-    from ..memory import available, check_host, checked_estimate, format_bytes, pss_mb
+    from ..memory import (
+        available,
+        check_host,
+        checked_estimate,
+        format_bytes,
+        pss_mb,
+        usable_words,
+    )
     from ..partition.shards import ShardedDataset
     from ..process import fit_allocator
     from ..torch import MODELS, build_model
@@ -248,13 +255,13 @@ def main(args) -> int:
         say(
             f"memory plan per rank: {format_bytes(planned['total'])} ("
             + ", ".join(f"{k} {format_bytes(v)}" for v, k in reversed(big))
-            + f") of {format_bytes(have)} ({how}); mgg plan has every part"
+            + f") of {usable_words(have, how)}; mgg plan has every part"
         )
         if device:
             big = max(device["per_rank"], key=lambda r: r["device"]["total_bytes"])["device"]
             say(
                 f"device plan per rank: {format_bytes(big['total_bytes'])} of "
-                f"{format_bytes(device['budget']['device'])} ({device['budget_how']})"
+                + usable_words(device["budget"]["device"], device["budget_how"])
                 + ("; activations kept in host memory" if big.get("offload") else "")
             )
     trainer = Trainer(
