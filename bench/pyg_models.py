@@ -98,12 +98,20 @@ def pyg_model(name: str, f: int, c: int, path: str = "edge_index") -> nn.Module:
     return Net()
 
 
-def pyg_optimizer(name: str, model: nn.Module) -> torch.optim.Optimizer:
-    """Adam with mgg's defaults: lr 0.01 (GAT 0.005), weight decay 5e-4 (GCN: first layer)."""
+def pyg_optimizer(
+    name: str, model: nn.Module, *, fused: bool = False, capturable: bool = False
+) -> torch.optim.Optimizer:
+    """Adam with mgg's defaults: lr 0.01 (GAT 0.005), weight decay 5e-4 (GCN: first layer).
+    ``fused``: torch's fused Adam kernel (one launch for every parameter; torch >= 2.0 on
+    CUDA, >= 2.4 on CPU), as an expert sets it up on a GPU; ``capturable``: its state on
+    the device, so that its step can be captured in a CUDA graph. Each is passed to torch
+    only when set: an explicit ``fused=False`` would also turn torch's default foreach
+    kernels off."""
     if name == "gcn":
         first = list(model.convs[0].parameters())
         rest = [q for conv in model.convs[1:] for q in conv.parameters()]
         groups = [{"params": first, "weight_decay": 5e-4}, {"params": rest, "weight_decay": 0}]
     else:
         groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
-    return torch.optim.Adam(groups, lr=0.005 if name == "gat" else 0.01)
+    kw = {k: True for k, on in (("fused", fused), ("capturable", capturable)) if on}
+    return torch.optim.Adam(groups, lr=0.005 if name == "gat" else 0.01, **kw)

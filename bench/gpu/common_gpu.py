@@ -242,18 +242,28 @@ def grouped_bars(path, rows, group, bars, title, ylabel, goal=None, log=False, l
 
 class Results:
     """One benchmark's result files, rewritten after every row (JSON + markdown), with
-    the device, commit and command. ``plot(rows, path)`` draws <name>.png at the end."""
+    the device, commit and command. ``plot(rows, path)`` draws <name>.png at the end.
+    ``device_info``: the device facts to record ({"device": ..., ...}) where they are not
+    the GPU's (a CPU dry run: then cupy is never imported); default device()."""
 
-    def __init__(self, name: str, payload: dict, columns: list[str], notes: str = "", plot=None):
+    def __init__(
+        self,
+        name: str,
+        payload: dict,
+        columns: list[str],
+        notes: str = "",
+        plot=None,
+        device_info: dict | None = None,
+    ):
         self.name, self.payload, self.columns, self.notes = name, dict(payload), columns, notes
-        self.plot, self.rows = plot, []
+        self.plot, self.rows, self.device_info = plot, [], device_info
 
     def add(self, row: dict) -> None:
         self.rows.append(row)
         self.write(partial=True)
 
     def write(self, partial: bool = False) -> Path:
-        dev = device()
+        dev = device() if self.device_info is None else self.device_info
         return write_results(
             self.name,
             {**self.payload, "partial": partial, "device_info": dev},
