@@ -19,12 +19,13 @@ from .backend import Backend, get_backend
 from .comm import on_root
 from .distgraph import DistGraph
 from .errors import DivergedError, InputError
-from .graph.core import job_graph
 from .graph.dataset import Dataset, random_features
+from .graph.papers import PapersDataset
 from .harness.timing import slowest
 from .knobs import DEFAULTS, Knobs, space
 from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
 from .partition import order as node_order
+from .partition.plan import job_plan
 from .partition.shards import ShardedDataset
 from .precision import as_rows
 from .progress import progress
@@ -144,15 +145,16 @@ def prepare(
             dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
         )
         raw = ordered.apply(dataset.graph)
-        dg = DistGraph.build(
-            job_graph(raw, kind),
-            comm,
-            knobs=knobs,
-            design=design,
-            backend=be,
+        plan = job_plan(raw, kind, size, knobs.ps, rank=rank, split=knobs.split)
+        dg = DistGraph(
+            plan, comm, design=design, backend=be, knobs=knobs, kind=kind,
             source=raw if keep_source else None,
-        )
-        rows = dataset.rows(dg.lb, dg.ub, seed, ordered.ids(dg.lb, dg.ub))
+        )  # fmt: skip
+        ids = ordered.ids(dg.lb, dg.ub)
+        if isinstance(dataset, PapersDataset):  # features drawn in the job's dtype
+            rows = dataset.rows(dg.lb, dg.ub, seed, ids, dtype=dg.dtype)
+        else:
+            rows = dataset.rows(dg.lb, dg.ub, seed, ids)
         n = dataset.graph.num_nodes
         seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split
         order, order_s = ordered.name, ordered.seconds

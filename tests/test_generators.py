@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from mgg.graph import Dataset, Graph, GraphError
+from mgg.graph import Dataset, Graph, GraphError, csr
 from mgg.graph import generators as gen
 from mgg.graph.dataset import make_split
 from mgg.graph.formats import write_edgelist, write_mgg_bin, write_npz
@@ -99,11 +99,50 @@ def test_rmat_independent_of_thread_count():
 
 def test_csr_builder_independent_of_row_partition(monkeypatch):
     ref_sym, ref_dir = rmat(9, seed=6), rmat_n(900, 7001, seed=6, symmetric=False)
-    monkeypatch.setattr(
-        gen, "_row_bounds", lambda n: np.linspace(0, n, min(n, 7) + 1).astype(np.int64)
-    )
+    monkeypatch.setattr(csr, "_BUCKETS_MAX", 5)
+    monkeypatch.setattr(csr, "_CHUNKS_PER_THREAD", 3)
     assert same_graph(ref_sym, rmat(9, seed=6))
     assert same_graph(ref_dir, rmat_n(900, 7001, seed=6, symmetric=False))
+
+
+@pytest.mark.parametrize("n", [3, 200, 40_000, 70_000, 2**24 + 5])
+@pytest.mark.parametrize("symmetric", [True, False])
+def test_build_csr_matches_scipy(n, symmetric):
+    """Rows of every length (insertion sort below 33, radix sort of 1 to 4 byte passes
+    above: hubs), loops and duplicates."""
+    rng = np.random.default_rng(n)
+    e = 60_000
+    hubs = rng.integers(0, n, 3)
+    src = rng.integers(0, n, e)
+    dst = np.where(rng.random(e) < 0.3, hubs[rng.integers(0, 3, e)], rng.integers(0, n, e))
+    src[:500] = dst[:500]  # self loops
+    src, dst = (a.astype(np.int32) for a in (src, dst))
+    want = reference_csr(src, dst, n, symmetric)
+    indptr, indices = csr.build_csr(src, dst, n, symmetric)
+    assert np.array_equal(indptr, want[0]) and np.array_equal(indices, want[1])
+    assert indices.dtype == np.int32 and indptr.dtype == np.int64
+
+
+def test_merge_rows_is_the_union():
+    rng = np.random.default_rng(5)
+    n = 500
+    parts = [rng.integers(0, n, (2, k)).astype(np.int32) for k in (9000, 700)]
+    a, b = (csr.build_csr(s, d, n, True) for s, d in parts)
+    both = csr.build_csr(*(np.concatenate(x) for x in zip(*parts, strict=True)), n, True)
+    got = csr.merge_rows(a, b)
+    assert np.array_equal(got[0], both[0]) and np.array_equal(got[1], both[1])
+    empty = (np.zeros(n + 1, np.int64), np.empty(0, np.int32))
+    for x, y in ((a, empty), (empty, a)):
+        m = csr.merge_rows(x, y)
+        assert np.array_equal(m[0], a[0]) and np.array_equal(m[1], a[1])
+
+
+def test_row_chunks_cover_the_rows_in_order():
+    indptr = np.concatenate([[0], np.cumsum([0, 5, 0, 1000, 3, 3, 0, 0, 7])]).astype(np.int64)
+    for parts in (1, 2, 4, 9, 50):
+        c = csr.row_chunks(indptr, parts)
+        assert c[0] == 0 and c[-1] == indptr.size - 1 and np.all(np.diff(c) > 0)
+    assert np.array_equal(csr.row_chunks(np.zeros(1, np.int64)), [0])
 
 
 def test_rmat_permute_and_parameters():

@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..hashing import GOLDEN, mix64
 from ..memory import csr_bytes, require
 from .core import Graph, index_dtype, inverse
+from .csr import _build_csr, build_csr
 from .dataset import Dataset, make_split
 
 __all__ = [
@@ -35,7 +36,6 @@ __all__ = [
 ]
 
 _LO32 = np.uint64(0xFFFFFFFF)
-_IDX_MASK = np.int64(0xFFFFFFFF)
 _CHUNK = 1 << 22
 _MAX_OVERSAMPLE = 64.0
 CENTROID_NORM = 2.0
@@ -167,152 +167,7 @@ def _check_abc(a, b, c):
         raise ValueError(f"R-MAT needs a, b, c >= 0 with a+b+c <= 1, got {a}, {b}, {c}")
 
 
-# ---- CSR building -------------------------------------------------------------------------
-def _row_bounds(n: int) -> np.ndarray:
-    parts = max(1, min(numba.get_num_threads(), 16, n))
-    return np.linspace(0, n, parts + 1).astype(np.int64)
-
-
-@numba.njit(parallel=True, cache=True)
-def _count_rows(src, dst, n, both, bounds):
-    counts = np.zeros(n + 1, np.int64)
-    for p in numba.prange(bounds.size - 1):
-        lo, hi = bounds[p], bounds[p + 1]
-        for i in range(src.size):
-            u, v = src[i], dst[i]
-            if u == v:
-                continue
-            if lo <= v < hi:
-                counts[v + 1] += 1
-            if both and lo <= u < hi:
-                counts[u + 1] += 1
-    return counts
-
-
-@numba.njit(parallel=True, cache=True)
-def _scatter_rows(src, dst, indptr, vals, both, keyed, bounds):
-    fill = indptr[:-1].copy()
-    for p in numba.prange(bounds.size - 1):
-        lo, hi = bounds[p], bounds[p + 1]
-        for i in range(src.size):
-            u, v = src[i], dst[i]
-            if u == v:
-                continue
-            if lo <= v < hi:
-                k = fill[v]
-                vals[k] = (np.int64(u) << 32) | i if keyed else u
-                fill[v] = k + 1
-            if both and lo <= u < hi:
-                k = fill[u]
-                vals[k] = (np.int64(v) << 32) | i if keyed else v
-                fill[u] = k + 1
-
-
-@numba.njit(parallel=True, cache=True)
-def _sort_dedup_rows(indptr, vals, shift):
-    n = indptr.size - 1
-    lens = np.zeros(n, np.int64)
-    for v in numba.prange(n):
-        a, b = indptr[v], indptr[v + 1]
-        if b == a:
-            continue
-        seg = vals[a:b]
-        seg.sort()
-        w = 1
-        last = seg[0] >> shift
-        for i in range(1, b - a):
-            s = seg[i] >> shift
-            if s != last:
-                seg[w] = seg[i]
-                w += 1
-                last = s
-        lens[v] = w
-    return lens
-
-
-@numba.njit(parallel=True, cache=True)
-def _count_kept(indptr, lens, vals, limit):
-    n = lens.size
-    out = np.zeros(n + 1, np.int64)
-    for v in numba.prange(n):
-        a = indptr[v]
-        k = 0
-        for i in range(a, a + lens[v]):
-            if limit < 0 or (vals[i] & _IDX_MASK) <= limit:
-                k += 1
-        out[v + 1] = k
-    return out
-
-
-@numba.njit(parallel=True, cache=True)
-def _compact_rows(indptr, lens, vals, new_indptr, out, shift, limit):
-    for v in numba.prange(lens.size):
-        a = indptr[v]
-        w = new_indptr[v]
-        for i in range(a, a + lens[v]):
-            if limit < 0 or (vals[i] & _IDX_MASK) <= limit:
-                out[w] = vals[i] >> shift
-                w += 1
-
-
-@numba.njit(parallel=True, cache=True)
-def _kept_stream_index(indptr, lens, vals, offsets, out):
-    for v in numba.prange(lens.size):
-        a = indptr[v]
-        w = offsets[v]
-        for i in range(a, a + lens[v]):
-            out[w] = vals[i] & _IDX_MASK
-            w += 1
-
-
-def _build_csr(edges: list, n, symmetric, target=None):
-    """CSR (indptr int64 [n+1], indices [E]) of the edges ``[src, dst]`` (the list is
-    emptied so the arrays can be freed early), plus the number of distinct entries before
-    trimming.
-
-    Self loops are dropped and duplicates merged; ``symmetric`` adds every reverse edge.
-    With ``target``, only the shortest prefix of the edge stream that yields ``target``
-    distinct entries is kept (when the stream has that many; symmetric entries come in pairs).
-    """
-    src, dst = edges
-    edges.clear()
-    keyed = target is not None
-    if keyed and (src.size >= 2**31 or n >= 2**31):
-        raise ValueError(f"too many edges or nodes to trim ({src.size:,}, {n:,})")
-    if keyed and target <= 0:
-        return np.zeros(n + 1, np.int64), np.empty(0, index_dtype(n)), 0
-    bounds = _row_bounds(n)
-    indptr = _count_rows(src, dst, n, symmetric, bounds)
-    np.cumsum(indptr, out=indptr)
-    vals = np.empty(int(indptr[-1]), np.int64 if keyed else index_dtype(n))
-    _scatter_rows(src, dst, indptr, vals, symmetric, keyed, bounds)
-    del src, dst
-    shift = 32 if keyed else 0
-    lens = _sort_dedup_rows(indptr, vals, shift)
-    distinct = int(lens.sum())
-    limit = -1
-    if keyed and distinct > target:
-        offsets = np.zeros(n + 1, np.int64)
-        np.cumsum(lens, out=offsets[1:])
-        first = np.empty(distinct, np.int64)
-        _kept_stream_index(indptr, lens, vals, offsets, first)
-        first.partition(target - 1)
-        limit = int(first[target - 1])
-        del first
-    new_indptr = _count_kept(indptr, lens, vals, limit)
-    np.cumsum(new_indptr, out=new_indptr)
-    indices = np.empty(int(new_indptr[-1]), index_dtype(n))
-    _compact_rows(indptr, lens, vals, new_indptr, indices, shift, limit)
-    return new_indptr, indices, distinct
-
-
-def build_csr(src, dst, n: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr int64 [n+1], indices [E]) of the edges src -> dst [e]: self loops dropped,
-    duplicates merged, rows sorted; ``symmetric`` adds every reverse edge."""
-    indptr, indices, _ = _build_csr([src, dst], n, symmetric)
-    return indptr, indices
-
-
+# ---- CSR building: mgg.graph.csr ---------------------------------------------------------
 def _require(source: str, n: int, entries: float, features: int = 0) -> None:
     """ResourceError naming the spec when the graph (and features [n, F]) cannot fit:
     the drawn edges and the CSR build take about 40 bytes per entry."""

@@ -12,26 +12,41 @@ of the graph: rank r of P draws only its range (:meth:`Papers.draws`), and every
 class, weight, features and split come from a hash of its id (:meth:`Papers.rows` gives
 the rows of any ids). A rank holds O(N) node weights and its draws, never the graph.
 One process (:meth:`Papers.dataset`) builds the graph of all draws: self loops dropped,
-both directions added, duplicates merged, rows sorted; mgg.partition.distributed builds
-the same rows from the slices.
+both directions added, duplicates merged, rows sorted (mgg.graph.csr, each round's new
+draws merged into the last's); mgg.partition.distributed builds the same rows from the
+slices. Its features are drawn when a job asks for its rows, in the job's dtype
+(PapersDataset). The kernels, parallel, are mgg.graph.sampling's.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from ..errors import InputError
-from ..hashing import GOLDEN, key64, mix64
+from ..hashing import key64
 from ..memory import csr_bytes, facts, require
+from ..precision import BF16, row_dtype
 from .core import Graph, index_dtype
+from .csr import _build_csr, dynamic, merge_rows
 from .dataset import Dataset, NodeRows
-from .generators import CENTROID_NORM, _planted_fill, _threshold, _uniform, build_csr
+from .generators import CENTROID_NORM, _threshold
+from .sampling import (
+    _blocks,
+    _class_order,
+    _classes,
+    _classes_of_range,
+    _draw,
+    _features,
+    _gather,
+    _guide,
+    _weights,
+)
 
-__all__ = ["PAPERS100M", "Papers", "parse_papers"]
+__all__ = ["PAPERS100M", "DrawnFeatures", "Papers", "PapersDataset", "parse_papers"]
 
 NAME = "papers100m"
 PAPERS100M = {  # ogbn-papers100M (OGB's node property prediction table)
@@ -47,9 +62,16 @@ KEYS = ("scale", "seed", "features", "p_in", "noise")
 # 0.0005, 0.93 at 0.01), so more() draws again, more, until the graph has its entries.
 OVERSAMPLE = 1.04
 ROUNDS = 6
-DRAW_BYTES = 2 * 4 * 2 + 40  # a draw's (src, dst), both directions, and the CSR build
-NODE_BYTES = 8 + 8 + 4 + 2  # per node, while sampling: weight, its prefix sum, order, class
-_LO32 = np.uint64(0xFFFFFFFF)
+GUIDE_PER_NODE = 4  # the sampler's guide buckets per node: a search reads cum 1 in 4 draws
+# Papers.dataset's peak per draw: a draw's (src, dst), then its two entries' (row, value)
+# in the CSR's bucket sort (mgg.graph.csr); measured 26 B per draw, the per-node arrays
+# included, at scale 0.05 (dataset() asks for 24 per draw of most_draws, 1.3x as many)
+DRAW_BYTES = 4 * 2 + 2 * (4 + 4)
+# a rank's share in generated_slice: its draws, both directions, exchanged, and the CSR's
+SLICE_DRAW_BYTES = 112
+# per node, while sampling: weight, its prefix sum, order, class, the guide
+NODE_BYTES = 8 + 8 + 4 + 2 + 4 * GUIDE_PER_NODE
+GRAPH_NODE_BYTES = 3 * 8 + 8 + 3  # row pointers (two rounds' and the merged), labels, masks
 _SALT_CLASS, _SALT_WEIGHT, _SALT_X, _SALT_EDGE, _SALT_SPLIT = 1, 2, 3, 4, 5
 
 
@@ -106,32 +128,41 @@ class Papers:
         return out
 
     def sampler(self) -> _Sampler:
-        """What drawing an edge needs, O(N): every node's weight, in class order."""
+        """What drawing an edge needs, O(N): every node's weight, in class order, and a
+        guide to their prefix sums."""
         n = self.num_nodes
         require(NODE_BYTES * n, f"the node weights of {n:,} nodes", self.spec)
-        y = self.labels(np.arange(n, dtype=np.int64)).astype(np.int16)
+        y = np.empty(n, np.int16)
+        _classes_of_range(self.key(_SALT_CLASS), self.classes, y)
+        order = np.empty(n, index_dtype(n))
+        starts = np.zeros(self.classes + 1, np.int64)
+        _class_order(y, self.classes, _blocks(n), order, starts)
+        del y
         theta = np.empty(n, np.float64)
         avg_degree = self.entries / n
         _weights(self.key(_SALT_WEIGHT), theta)
         np.minimum(theta, max(theta.mean() * n / 4.0 / max(avg_degree, 1e-9), 1.0), out=theta)
-        order = np.argsort(y, kind="stable").astype(index_dtype(n))
-        cum = np.cumsum(theta[order])
+        cum = np.empty(n, np.float64)
+        _gather(theta, order, cum)
         del theta
-        starts = np.zeros(self.classes + 1, np.int64)
-        np.cumsum(np.bincount(y, minlength=self.classes), out=starts[1:])
-        edges = np.concatenate([[0.0], cum])
-        mass_lo = edges[starts[:-1]]
-        mass = edges[starts[1:]] - mass_lo
-        return _Sampler(cum, order, y, starts, mass_lo, mass)
+        np.cumsum(cum, out=cum)
+        edges = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0.0)  # mass below each start
+        mass_lo = edges[:-1]
+        mass = edges[1:] - mass_lo
+        guide = np.empty(GUIDE_PER_NODE * n + 1, np.int32)
+        scale = (guide.size - 1) / cum[-1]
+        _guide(cum, scale, guide)
+        return _Sampler(cum, order, starts, mass_lo, mass, guide, scale)
 
     def require_slice(self, size: int) -> None:
         """ResourceError, with the numbers, when a rank of ``size`` cannot hold its share:
         the node weights, O(N) counts and its draws in both directions, exchanged."""
         n, per_rank = self.num_nodes, -(-self.most_draws // size)
-        need = NODE_BYTES * n + csr_bytes(n, 0, build=False) + 2 * DRAW_BYTES * per_rank
+        need = NODE_BYTES * n + csr_bytes(n, 0, build=False) + SLICE_DRAW_BYTES * per_rank
         what = f"{n:,} nodes and {per_rank:,} of {self.most_draws:,} drawn edges per rank"
         require(need, what, self.spec, f"choose a smaller scale or more ranks than {size}")
 
+    @dynamic
     def draws(self, lo: int, hi: int, sampler: _Sampler | None = None):
         """(src, dst) [hi - lo] of draws lo..hi-1, one direction, self loops included."""
         s = sampler or self.sampler()
@@ -139,28 +170,36 @@ class Papers:
         src, dst = np.empty(hi - lo, dt), np.empty(hi - lo, dt)
         t_in = _threshold(self.p_in if self.classes > 1 else 1.0)
         key = self.key(_SALT_EDGE)
-        _planted_fill(src, dst, key, t_in, s.cum, s.order, s.y, s.starts, s.mass_lo, s.mass, lo)
+        _draw(
+            src, dst, key, t_in, s.cum, s.order, s.starts, s.mass_lo, s.mass, s.guide, s.scale, lo
+        )
         return src, dst
 
-    def rows(self, lb: int, ub: int, ids=None) -> NodeRows:
-        """The node data of nodes lb..ub-1, or of the original nodes ``ids``."""
+    def rows(self, lb: int, ub: int, ids=None, dtype=np.float32) -> NodeRows:
+        """The node data of nodes lb..ub-1, or of the original nodes ``ids``; features in
+        ``dtype`` (float32 or bfloat16, drawn straight into it)."""
         given = None if ids is None else np.asarray(ids, np.int64)
         ids = np.arange(lb, ub, dtype=np.int64) if given is None else given
         y = self.labels(ids)
-        x = self.x(ids, y) if self.features else None
+        x = self.x(ids, y, dtype) if self.features else None
         return NodeRows(x, y, self.masks(ids), self.classes, self.name, "", given)
 
     def source(self) -> dict:
         """Where a sharded dataset of it came from (as mgg.graph.specs.dataset_source)."""
         return {"spec": self.spec, "scale": None, "seed": self.seed}
 
-    def x(self, ids, y=None) -> np.ndarray:
-        """float32 [len(ids), F]: centroid[class] + N(0, noise^2), from a hash of (id, j)."""
+    @dynamic
+    def x(self, ids, y=None, dtype=np.float32) -> np.ndarray:
+        """[len(ids), F] centroid[class] + N(0, noise^2), from a hash of (id, j): float32,
+        or bfloat16 (those float32 values rounded to nearest even, no float32 copy)."""
         ids = np.ascontiguousarray(ids, np.int64)
         y = self.labels(ids) if y is None else y
-        out = np.empty((ids.size, self.features), np.float32)
-        _features(ids, y, self.centroids(), np.float32(self.noise), self.key(_SALT_X), out)
-        return out
+        d = row_dtype(dtype)
+        bf16 = d == BF16
+        out = np.empty((ids.size, self.features), BF16 if bf16 else np.float32)
+        args = (ids, y, self.centroids(), np.float32(self.noise), self.key(_SALT_X))
+        _features(*args, out.view(np.uint16) if bf16 else out, bf16)
+        return out if bf16 or d == np.float32 else out.astype(d)
 
     def centroids(self) -> np.ndarray:
         """float32 [C, F]: class centroids of norm CENTROID_NORM."""
@@ -181,31 +220,44 @@ class Papers:
         tr, va, te = np.cumsum(self.labeled)
         return s < tr, (s >= tr) & (s < va), (s >= va) & (s < te)
 
-    def dataset(self) -> Dataset:
-        """The whole graph in one process (what the slices add up to)."""
+    def dataset(self) -> PapersDataset:
+        """The whole graph in one process (what the slices add up to); its features are
+        drawn when asked for (PapersDataset.rows: in the job's dtype)."""
         n = self.num_nodes
-        need = csr_bytes(n, 0) + DRAW_BYTES * self.most_draws + NODE_BYTES * n
-        need += 4 * n * self.features
-        what = f"{n:,} nodes, {self.most_draws:,} drawn edges and {self.features} features"
+        need = DRAW_BYTES * self.most_draws + (NODE_BYTES + GRAPH_NODE_BYTES) * n
+        what = f"{n:,} nodes and {self.most_draws:,} drawn edges"
         require(
             need,
             what,
             self.spec,
             "choose a smaller scale, or partition it --distributed over several ranks",
         )
-        sampler, draws, rounds = self.sampler(), self.num_draws, 0
-        while draws is not None:
-            src, dst = self.draws(0, draws, sampler)
-            indptr, indices = build_csr(src, dst, n, True)
-            del src, dst
-            used, rounds = draws, rounds + 1
-            draws = self.more(used, indices.size, rounds)
-        del sampler
+        indptr, indices, used = self.csr()
         graph = Graph(indptr, indices, None, n, symmetric=True, check=False)
-        rows = self.rows(0, n)
+        ids = np.arange(n, dtype=np.int64)
+        y, masks = self.labels(ids), self.masks(ids)
+        del ids
         meta = {"generator": NAME, "params": {**self.params(), "draws": used}}
         meta["paper"] = PAPERS100M
-        return Dataset(self.name, graph, rows.x, rows.y, *rows.masks, self.classes, meta=meta)
+        x = DrawnFeatures(self) if self.features else None
+        return PapersDataset(self.name, graph, x, y, *masks, self.classes, meta=meta)
+
+    def csr(self, times: dict | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """(indptr int64 [N+1], indices [E], D): the graph of draws 0..D-1, D the first
+        count more() accepts, self loops dropped, both directions, duplicates merged, rows
+        sorted. Each round draws only what the last did not and merges it in. ``times``:
+        seconds of the steps (sampler, draws, csr) added there."""
+        clock = _Clock(times)
+        sampler = clock("sampler", self.sampler)
+        done, draws, rounds, rows = 0, self.num_draws, 0, None
+        while draws is not None:
+            edges = list(clock("draws", self.draws, done, draws, sampler))
+            part = clock("csr", _build_csr, edges, self.num_nodes, True)[:2]
+            rows = part if rows is None else clock("csr", merge_rows, rows, part)
+            del part
+            done, rounds = draws, rounds + 1
+            draws = self.more(done, rows[1].size, rounds)
+        return rows[0], rows[1], done
 
     def facts(self) -> dict:
         """What mgg.memory's estimates need, without drawing anything."""
@@ -234,12 +286,81 @@ class Papers:
 
 @dataclass(frozen=True)
 class _Sampler:
+    """cum float64 [N]: prefix sums of the weights in class order; order [N]: the node at
+    each position; starts int64 [C+1]: each class's first position; mass_lo, mass float64
+    [C]: the weight below each class and in it; guide int32 [K+1]: guide[b] = the
+    positions whose prefix sum falls in a bucket below b (sampling._bucket: ``scale``
+    buckets per unit of weight), so that a search reads one or two entries of cum."""
+
     cum: np.ndarray
     order: np.ndarray
-    y: np.ndarray
     starts: np.ndarray
     mass_lo: np.ndarray
     mass: np.ndarray
+    guide: np.ndarray
+    scale: float
+
+
+class _Clock:
+    """fn(*args), its wall seconds added to times[step] (nothing without times)."""
+
+    def __init__(self, times: dict | None):
+        self.times = times
+
+    def __call__(self, step: str, fn, *args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        if self.times is not None:
+            self.times[step] = self.times.get(step, 0.0) + time.perf_counter() - t0
+        return out
+
+
+class DrawnFeatures:
+    """A papers100m's features [N, F] float32, drawn when indexed (``x[ids]``, ``x[lb:ub]``)
+    or turned into an array (all N rows): what PapersDataset holds in place of them."""
+
+    ndim = 2
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, gen: Papers):
+        self.gen = gen
+        self.shape = (gen.num_nodes, gen.features)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, take) -> np.ndarray:
+        if isinstance(take, slice):
+            return self.gen.x(np.arange(self.shape[0], dtype=np.int64)[take])
+        return self.gen.x(np.asarray(take, np.int64).reshape(-1))
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        x = self[:]
+        return x if dtype is None else x.astype(dtype, copy=False)
+
+
+@dataclass(repr=False)
+class PapersDataset(Dataset):
+    """papers100m's Dataset: the graph, labels and split held, the features
+    (DrawnFeatures) drawn by :meth:`rows` for the rows a rank asks for, in its dtype."""
+
+    def __post_init__(self):
+        x, self.x = self.x, None  # checked where drawn: finite by construction
+        super().__post_init__()
+        self.x = x
+
+    def rows(self, lb: int, ub: int, seed: int = 0, ids=None, dtype=np.float32) -> NodeRows:
+        """Dataset.rows, the features drawn in ``dtype`` (float32 or bfloat16)."""
+        take = slice(lb, ub) if ids is None else np.asarray(ids, np.int64)
+        y = self.y[take]
+        x = None
+        if self.x is not None:
+            ids_ = np.arange(lb, ub, dtype=np.int64) if ids is None else take
+            x = self.x.gen.x(ids_, y, dtype)
+        masks = tuple(m[take] for m in (self.train_mask, self.val_mask, self.test_mask))
+        return NodeRows(x, y, masks, self.num_classes, self.name, "", None if ids is None else take)
+
+    __repr__ = Dataset.__repr__
 
 
 def parse_papers(kv: dict, spec: str, scale=None, seed: int = 0) -> Papers:
@@ -274,32 +395,3 @@ def parse_papers(kv: dict, spec: str, scale=None, seed: int = 0) -> Papers:
         p_in=p_in,
         noise=noise,
     )
-
-
-@numba.njit(parallel=True, cache=True)
-def _classes(ids, key, classes, out):
-    for i in numba.prange(ids.size):
-        out[i] = np.int64(mix64(key + np.uint64(ids[i]) * GOLDEN) % np.uint64(classes))
-
-
-@numba.njit(parallel=True, cache=True)
-def _weights(key, out):
-    """Pareto weights of tail exponent 1.5 (degrees of exponent 2.5), node i's from a hash
-    of i."""
-    for i in numba.prange(out.size):
-        u = _uniform(mix64(key + np.uint64(i) * GOLDEN))
-        out[i] = (1.0 - u) ** (-1.0 / 1.5)
-
-
-@numba.njit(parallel=True, cache=True)
-def _features(ids, y, cent, noise, key, out):
-    f = out.shape[1]
-    for i in numba.prange(ids.size):
-        base = np.uint64(ids[i]) * np.uint64(f)
-        c = y[i]
-        for j in range(f):
-            h = mix64(key + (base + np.uint64(j)) * GOLDEN)
-            u1 = (np.float64(h >> np.uint64(32)) + 0.5) * (1.0 / 4294967296.0)
-            u2 = (np.float64(h & _LO32) + 0.5) * (1.0 / 4294967296.0)
-            z = math.sqrt(-2.0 * math.log(u1)) * math.cos(2.0 * math.pi * u2)
-            out[i, j] = cent[c, j] + noise * np.float32(z)

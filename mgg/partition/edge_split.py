@@ -7,6 +7,8 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+LOOPS = ("as_is", "drop", "last")  # edge_split's loops: what becomes of self loops
+
 
 class RankEdges(NamedTuple):
     """One rank's in-edges, split by where the source lives (n = ub - lb local rows).
@@ -29,7 +31,14 @@ class RankEdges(NamedTuple):
 
 
 def edge_split(
-    row_indptr, row_indices, row_weights, bounds, rank: int, mark: np.ndarray | None = None
+    row_indptr,
+    row_indices,
+    row_weights,
+    bounds,
+    rank: int,
+    mark: np.ndarray | None = None,
+    *,
+    loops: str = "as_is",
 ) -> RankEdges:
     """Split rank ``rank``'s rows into local and remote CSRs.
 
@@ -40,7 +49,10 @@ def edge_split(
     Each remote source is stored once in the halo (pe, row on pe); remote CSR entries
     point into it, so a rank fetches every remote row once however many edges use it.
     ``mark`` (int32 [N], all -1) is scratch that callers splitting many ranks may share;
-    it is left all -1 again.
+    it is left all -1 again. ``loops``: "as_is"; "drop", the rows' self loops left out;
+    "last", left out and one added at the end of each row, as Graph.add_self_loops puts
+    it (unweighted rows only): the split of ``remove_self_loops`` (``.add_self_loops()``)
+    without building that graph.
     """
     bounds = np.asarray(bounds, np.int64)
     lb, ub = int(bounds[rank]), int(bounds[rank + 1])
@@ -48,12 +60,17 @@ def edge_split(
     if row_indptr.size != n + 1:
         raise ValueError(f"rank {rank} owns {n} rows but row_indptr has {row_indptr.size} entries")
     has_w = row_weights is not None
+    mode = LOOPS.index(loops)
+    if mode and has_w:
+        raise ValueError("edge_split: loops='drop' or 'last' takes unweighted rows")
     w = row_weights if has_w else np.empty(0, np.float32)
-    n_local = np.empty(n, np.int64)
-    _count_local(row_indptr, row_indices, lb, ub, n_local)
+    counts = np.empty((2, n), np.int64)
+    _count_local(row_indptr, row_indices, lb, ub, mode, counts)
     local_indptr = np.zeros(n + 1, np.int64)
-    np.cumsum(n_local, out=local_indptr[1:])
-    remote_indptr = row_indptr - local_indptr
+    np.cumsum(counts[0], out=local_indptr[1:])
+    remote_indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(counts[1], out=remote_indptr[1:])
+    del counts
     el, er = int(local_indptr[-1]), int(remote_indptr[-1])
     local_indices = np.empty(el, np.int32)
     remote_src = np.empty(er, np.int64)
@@ -66,6 +83,7 @@ def edge_split(
         has_w,
         lb,
         ub,
+        mode,
         local_indptr,
         remote_indptr,
         local_indices,
@@ -119,23 +137,30 @@ def column_slice(indptr, indices, weights, lb: int, ub: int):
 
 
 @numba.njit(cache=True, parallel=True)
-def _count_local(indptr, indices, lb, ub, out):
+def _count_local(indptr, indices, lb, ub, mode, out):
+    """out [2, n]: each row's local and remote entries (mode: LOOPS' index)."""
     for i in numba.prange(indptr.size - 1):
         c = 0
+        loops = 0
         for e in range(indptr[i], indptr[i + 1]):
             u = indices[e]
-            if u >= lb and u < ub:
+            if mode and u == lb + i:
+                loops += 1
+            elif u >= lb and u < ub:
                 c += 1
-        out[i] = c
+        out[0, i] = c + (mode == 2)
+        out[1, i] = indptr[i + 1] - indptr[i] - c - loops
 
 
 @numba.njit(cache=True, parallel=True)
-def _fill(indptr, indices, w, has_w, lb, ub, lptr, rptr, l_idx, l_w, r_src, r_w):
+def _fill(indptr, indices, w, has_w, lb, ub, mode, lptr, rptr, l_idx, l_w, r_src, r_w):
     for i in numba.prange(indptr.size - 1):
         pl = lptr[i]
         pr = rptr[i]
         for e in range(indptr[i], indptr[i + 1]):
             u = indices[e]
+            if mode and u == lb + i:
+                continue
             if u >= lb and u < ub:
                 l_idx[pl] = u - lb
                 if has_w:
@@ -146,6 +171,8 @@ def _fill(indptr, indices, w, has_w, lb, ub, lptr, rptr, l_idx, l_w, r_src, r_w)
                 if has_w:
                     r_w[pr] = w[e]
                 pr += 1
+        if mode == 2:
+            l_idx[pl] = i
 
 
 @numba.njit(cache=True)

@@ -17,19 +17,20 @@ def neighbor_split(indptr, ps: int) -> tuple[np.ndarray, np.ndarray]:
     if int(ps) != ps or ps < 1:
         raise ValueError(f"ps (neighbor partition size) must be a positive integer, got {ps}")
     indptr = np.asarray(indptr, np.int64)
-    nparts = (np.diff(indptr) + ps - 1) // ps
-    part_ptr = np.empty(int(nparts.sum()) + 1, np.int64)
+    first = np.zeros(indptr.size, np.int64)  # each row's first partition
+    np.cumsum((np.diff(indptr) + ps - 1) // ps, out=first[1:])
+    part_ptr = np.empty(int(first[-1]) + 1, np.int64)
     part_node = np.empty(part_ptr.size - 1, np.int32)
-    _fill(indptr, int(ps), part_ptr, part_node)
+    _fill(indptr, int(ps), first, part_ptr, part_node)
     return part_ptr, part_node
 
 
-@numba.njit(cache=True)
-def _fill(indptr, ps, part_ptr, part_node):
-    k = 0
-    for v in range(indptr.size - 1):
+@numba.njit(cache=True, parallel=True)
+def _fill(indptr, ps, first, part_ptr, part_node):
+    for v in numba.prange(indptr.size - 1):
+        k = first[v]
         for start in range(indptr[v], indptr[v + 1], ps):
             part_ptr[k] = start
             part_node[k] = v
             k += 1
-    part_ptr[k] = indptr[-1]
+    part_ptr[part_ptr.size - 1] = indptr[-1]

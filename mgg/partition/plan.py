@@ -5,9 +5,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field, replace
 
+import numba
 import numpy as np
 
-from ..graph.core import Graph
+from ..graph.core import GRAPH_KINDS, Graph, job_graph
 from ..knobs import DEFAULTS, check_value
 from ..progress import progress
 from .edge_split import RankEdges, column_slice, edge_split
@@ -406,6 +407,67 @@ def build_plan(
     return plans if rank is None else plans[0]
 
 
+def job_plan(
+    graph: Graph,
+    kind: str,
+    num_ranks: int,
+    ps: int = DEFAULTS.ps,
+    *,
+    rank: int | None = None,
+    split: str = DEFAULTS.split,
+    transposed: bool = True,
+):
+    """``build_plan(job_graph(graph, kind), ...)``, equal bit for bit, without building
+    the job's graph where it need not: an unweighted graph's rows split with their loops
+    dropped, and for 'self_loops' and 'gcn_norm' one added (edge_split's ``loops``), GCN's
+    weights kept as their factors D^-1/2 (the plans' norm). That graph (its CSR, weights
+    and their temporaries: about 30 bytes per entry) is built only for a weighted graph,
+    or a directed one whose transposed plans are wanted."""
+    if kind not in GRAPH_KINDS:
+        raise ValueError(f"unknown graph kind {kind!r}; choose one of {', '.join(GRAPH_KINDS)}")
+    lean = graph.weights is None and graph.norm is None and (graph.symmetric or not transposed)
+    if kind == "as_is" or not lean:
+        return build_plan(
+            job_graph(graph, kind), num_ranks, ps, rank=rank, split=split, transposed=transposed
+        )
+    ps = check_value("ps", ps)
+    n = graph.num_nodes
+    loops = "drop" if kind == "no_self_loops" else "last"
+    deg = np.diff(graph.indptr) - _loops_per_row(graph.indptr, graph.indices)
+    if loops == "last":
+        deg += 1
+    indptr = np.zeros(n + 1, np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    norm = None
+    if kind == "gcn_norm":  # Graph.gcn_norm's, on its float64 degrees
+        d = deg.astype(np.float64)
+        norm = np.where(d > 0, 1.0 / np.sqrt(np.where(d > 0, d, 1.0)), 0.0).astype(np.float32)
+    del deg
+    bounds = node_split(indptr, num_ranks, split)
+    num_edges = int(indptr[-1])
+    del indptr
+    p = bounds.size - 1
+    if rank is not None and not 0 <= rank < p:
+        raise ValueError(f"rank {rank} is outside [0, {p})")
+    symmetric = bool(graph.symmetric)
+    mark = np.full(n, -1, np.int32)
+    plans = []
+    for r in range(p) if rank is None else [rank]:
+        rows = _row_slice(graph, int(bounds[r]), int(bounds[r + 1]))
+        args = (r, bounds, ps, num_edges, symmetric, mark, *rows)
+        plans.append(_rank_plan(*args, norm=norm, loops=loops))
+    return plans if rank is None else plans[0]
+
+
+@numba.njit(cache=True, parallel=True)
+def _loops_per_row(indptr, indices):
+    out = np.zeros(indptr.size - 1, np.int64)
+    for v in numba.prange(indptr.size - 1):
+        for e in range(indptr[v], indptr[v + 1]):
+            out[v] += indices[e] == v
+    return out
+
+
 def plan_stats(plans: list, plan_seconds: float | None = None) -> dict:
     """Whole-partition facts from all P plans, or from their ``stats()`` dicts (what
     `mgg partition` reports; a distributed run gathers the dicts)."""
@@ -443,11 +505,14 @@ def _row_slice(g: Graph, lb: int, ub: int):
     return g.indptr[lb : ub + 1] - a, g.indices[a:b], w
 
 
-def _rank_plan(rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None):
+def _rank_plan(
+    rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None, loops="as_is"
+):
     """Rank ``rank``'s plan of its rows' in-edges; ``norm``: every node's factor of the
-    weights, float [N] (Graph.norm), which the plan then keeps in place of them, or None."""
+    weights, float [N] (Graph.norm), which the plan then keeps in place of them, or None;
+    ``loops``: what becomes of the rows' self loops (edge_split's)."""
     split = None if norm is not None else weights  # the weights' factors, not the weights
-    re: RankEdges = edge_split(indptr, indices, split, bounds, rank, mark)
+    re: RankEdges = edge_split(indptr, indices, split, bounds, rank, mark, loops=loops)
     lnp_ptr, lnp_node = neighbor_split(re.local_indptr, ps)
     rnp_ptr, rnp_node = neighbor_split(re.remote_indptr, ps)
     plan = PartitionPlan(
