@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+import gpu_env  # noqa: E402
 import stage  # noqa: E402
 
 SHARED_WHEELS = ROOT.parent / "shared" / "wheels" / "gpu-py312"
@@ -190,21 +191,21 @@ def test_the_wheel_set_is_exactly_nvshmem4py_mpi4py_and_mpich(tmp_path):
     ]
     for n in names:
         (tmp_path / n).write_bytes(b"")
-    found = stage.find_wheels(tmp_path)
+    found = gpu_env.find_wheels(tmp_path)
     assert {k: v.name for k, v in found.items()} == dict(
         zip(["nvshmem4py", "mpi4py", "mpich"], names, strict=True)
     )
     (tmp_path / "mpi4py-4.0.0-cp312-cp312-manylinux1_x86_64.whl").write_bytes(b"")
-    with pytest.raises(stage.SetupError, match="exactly one mpi4py wheel, found 2"):
-        stage.find_wheels(tmp_path)
+    with pytest.raises(gpu_env.SetupError, match="exactly one mpi4py wheel, found 2"):
+        gpu_env.find_wheels(tmp_path)
     (tmp_path / "mpi4py-4.0.0-cp312-cp312-manylinux1_x86_64.whl").unlink()
     (tmp_path / names[2]).unlink()
-    with pytest.raises(stage.SetupError, match="exactly one mpich wheel, found 0"):
-        stage.find_wheels(tmp_path)
-    with pytest.raises(stage.SetupError, match="fetch_wheels.sh"):
-        stage.find_wheels(tmp_path / "absent")
+    with pytest.raises(gpu_env.SetupError, match="exactly one mpich wheel, found 0"):
+        gpu_env.find_wheels(tmp_path)
+    with pytest.raises(gpu_env.SetupError, match="fetch_wheels.sh"):
+        gpu_env.find_wheels(tmp_path / "absent")
     if SHARED_WHEELS.is_dir():  # the wheels the GPU machine gets
-        assert set(stage.find_wheels(SHARED_WHEELS)) == {"nvshmem4py", "mpi4py", "mpich"}
+        assert set(gpu_env.find_wheels(SHARED_WHEELS)) == {"nvshmem4py", "mpi4py", "mpich"}
 
 
 @pytest.mark.mpi
@@ -216,10 +217,10 @@ def test_unzipping_keeps_mpiexec_executable_and_the_environment_puts_it_first(tm
             "mpich-9.9.data/data/lib/libmpi.so.12": (b"", 0o644),
         },
     )
-    stage.unzip_keeping_modes(wheel, tmp_path / "mp")
-    prefix = stage.mpich_prefix(tmp_path / "mp")
+    gpu_env.unzip_keeping_modes(wheel, tmp_path / "mp")
+    prefix = gpu_env.mpich_prefix(tmp_path / "mp")
     assert subprocess.run([prefix / "bin" / "mpiexec"], capture_output=True).stdout == b"launched\n"
-    env = stage.environment(
+    env = gpu_env.environment(
         {"PATH": "/usr/bin", "PYTHONPATH": "/elsewhere"}, tmp_path / "site", prefix, tmp_path
     )
     assert env["PYTHONPATH"].split(os.pathsep)[:3] == [
@@ -233,8 +234,8 @@ def test_unzipping_keeps_mpiexec_executable_and_the_environment_puts_it_first(tm
     assert env["MGG_TEST_REPORT"] == "1"  # each test's outcome as it ends (conftest)
     assert env["MGG_MPIEXEC"] == str(prefix / "bin" / "mpiexec")
     assert env["NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME"] == "lo"
-    with pytest.raises(stage.SetupError, match="no mpich"):
-        stage.mpich_prefix(tmp_path / "nothing")
+    with pytest.raises(gpu_env.SetupError, match="no mpich"):
+        gpu_env.mpich_prefix(tmp_path / "nothing")
 
 
 @pytest.mark.mpi
@@ -244,11 +245,11 @@ def test_the_mpich_recipe_gives_a_real_two_rank_world(tmp_path):
     wheels = sorted(SHARED_WHEELS.glob("mpich-*.whl"))
     if not wheels:
         pytest.skip(f"no mpich wheel in {SHARED_WHEELS}")
-    stage.unzip_keeping_modes(wheels[0], tmp_path / "mp")
-    prefix = stage.mpich_prefix(tmp_path / "mp")
-    env = stage.environment(dict(os.environ), tmp_path / "site", prefix, tmp_path)
+    gpu_env.unzip_keeping_modes(wheels[0], tmp_path / "mp")
+    prefix = gpu_env.mpich_prefix(tmp_path / "mp")
+    env = gpu_env.environment(dict(os.environ), tmp_path / "site", prefix, tmp_path)
     r = subprocess.run(
-        [env["MGG_MPIEXEC"], "-n", "2", PY, "-c", stage.PREFLIGHT],
+        [env["MGG_MPIEXEC"], "-n", "2", PY, "-c", gpu_env.PREFLIGHT],
         capture_output=True,
         text=True,
         env=env,
@@ -365,18 +366,18 @@ def test_a_stage_ended_by_a_signal_kills_its_step_first(tmp_path):
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{p.pid}}")
         time.sleep(300)
     """)
-    runner = py(f"""
+    parent = py(f"""
         import sys
         sys.path.insert(0, {str(ROOT / "bench" / "gpu")!r})
-        import stage
-        stage.end_steps_on_signals()
+        import runner
+        runner.end_steps_on_signals()
         try:
-            stage.run_step(stage.Step("long", {step!r}, 300), 300, None, sys.stdout)
-        except stage.Ended as e:
+            runner.run_step(runner.Step("long", {step!r}, 300), 300, None, sys.stdout)
+        except runner.Ended as e:
             print("ended by", e, flush=True)
             sys.exit(124)
     """)
-    proc = subprocess.Popen(runner, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(parent, stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not (pids.exists() and len(pids.read_text().split()) == 2):
         assert time.monotonic() < deadline and proc.poll() is None

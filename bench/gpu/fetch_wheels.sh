@@ -7,7 +7,9 @@
 #
 # .whl/fallback/ gets cuda-core and cuda-pathfinder wheels (about 7 MB), which
 # bench/gpu/stage.py installs only if nvshmem4py does not import with the image's own
-# (nvshmem4py 0.4.1 needs cuda.core >= 0.5). Pass --no-fallback to skip them (no
+# (nvshmem4py 0.4.1 needs cuda.core >= 0.5), and .whl/extra/ what a window's steps need
+# that the image lacks: pymetis (0.3 MB; METIS built in, needs only typing-extensions,
+# which torch needs too), for --order metis. Pass --no-fallback to skip both (no
 # package registry needed then).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +31,12 @@ if [ "${1:-}" != "--no-fallback" ]; then
     --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux2014_x86_64 "cuda-core>=0.5,<2" "cuda-pathfinder>=1.2.3" \
     2>&1 | grep -v '^WARNING: Location' || true
+  mkdir -p .whl/extra
+  rm -f .whl/extra/*.whl
+  python3 -m pip download -q --dest .whl/extra --only-binary=:all: --no-deps \
+    --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+    --platform manylinux_2_24_x86_64 "pymetis==2025.2.2" \
+    2>&1 | grep -v '^WARNING: Location' || true
 fi
-ls -la .whl .whl/fallback 2>/dev/null
+ls -la .whl .whl/fallback .whl/extra 2>/dev/null
 du -sh .whl

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -73,7 +74,8 @@ def main():
 
 
 def results_dir(backend: str) -> Path:
-    if backend == "cpu":
+    """$MGG_GPU_OUT (a window's step folder) if set, else bench/results[/gpu]."""
+    if backend == "cpu" and not os.environ.get("MGG_GPU_OUT"):
         return RESULTS
     from common_gpu import GPU_RESULTS
 

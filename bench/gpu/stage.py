@@ -1,11 +1,14 @@
-"""The one entry point for the GPU machine: a stage per device command, results in --out.
+"""The one entry point for the GPU machine: a window or a stage per device command.
 
-On the GPU machine (one command each, carrying .whl; `command` prints it):
+A device window (15 minutes, one prepared command; bench/gpu/window.py):
+    python3 bench/gpu/stage.py window --out $OUT --deadline 560
+One stage by hand (carrying .whl; `command` prints it):
     python3 bench/gpu/stage.py STAGE --out $OUT [--quick]
 On the developer's machine:
     python3 bench/gpu/stage.py list                 the stages, their steps and limits
     python3 bench/gpu/stage.py command STAGE        the device command for this checkout
     python3 bench/gpu/stage.py collect DIR|TAR ...  bring returned results home
+    python3 bench/gpu/stage.py window --plan|--dry-run|--command   see window.py
 
 Before a stage runs, the environment is set up as docs/gpu-notes.md says: nvshmem4py
 and mpi4py installed from .whl/ into /tmp/mgg-site, the mpich wheel unzipped (pip
@@ -28,44 +31,32 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
-import threading
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the copy on the GPU machine is not installed
-
-from common import write_atomic  # noqa: E402
+import window
+from gpu_env import SetupError, setup
+from runner import (
+    ROOT,
+    STEP_ENV,
+    Ended,
+    Step,
+    end_steps_on_signals,
+    git_commit,
+    run_step,
+    write_json,
+)
 
 STAGE_BUDGET = 450.0  # seconds a stage may take, setup included (a command has 600)
-# what every step runs with: output as printed, no progress bars, each test's outcome
-# as it ends (tests/conftest.py)
-STEP_ENV = {"PYTHONUNBUFFERED": "1", "MGG_PROGRESS": "0", "MGG_TEST_REPORT": "1"}
 MIN_STEP = 15.0  # a step with less time left than this is skipped, not started
 MAX_FILES = 8  # what a device command brings back
-WHEELS = ("nvshmem4py", "mpi4py", "mpich")  # distributions (nvshmem4py_cu13 is one)
-SITE = Path("/tmp/mgg-site")
-MPICH = Path("/tmp/mgg-mpich")
 CHECK_GRAPH = "rmat:scale=14,ef=16"
 NOTES = ROOT / "docs" / "gpu-notes.md"
 HOME = ROOT / "bench" / "results" / "gpu"
-
-
-@dataclass
-class Step:
-    """One command of a stage. ``expect(result)`` gets the last JSON line the command
-    printed (None if none) and returns why a run that exited 0 still failed, or None."""
-
-    name: str
-    argv: list[str]
-    timeout: float
-    expect: object = None
 
 
 @dataclass
@@ -311,263 +302,7 @@ def stages(quick: bool = False) -> dict[str, Stage]:
     return out
 
 
-# ---- the environment ---------------------------------------------------------------------
-class SetupError(RuntimeError):
-    """The GPU machine lacks something a stage needs."""
-
-
-def find_wheels(folder: Path) -> dict[str, Path]:
-    """The nvshmem4py, mpi4py and mpich wheels in folder: exactly one of each."""
-    if not folder.is_dir():
-        raise SetupError(
-            f"{folder} does not exist: run bench/gpu/fetch_wheels.sh here and carry .whl"
-        )
-    found = {}
-    for prefix in WHEELS:
-        hits = sorted(
-            p
-            for p in folder.glob("*.whl")
-            if p.name.split("-")[0] in (prefix, f"{prefix}_cu13", f"{prefix}_cu12")
-        )
-        if len(hits) != 1:
-            have = ", ".join(sorted(p.name for p in folder.glob("*.whl"))) or "no wheels"
-            raise SetupError(
-                f"{folder} needs exactly one {prefix} wheel, found {len(hits)} (it holds: {have})"
-            )
-        found[prefix] = hits[0]
-    return found
-
-
-def unzip_keeping_modes(wheel: Path, dest: Path) -> None:
-    """Extract a wheel with its files' permission bits (zipfile drops them: mpiexec
-    would not be executable)."""
-    with zipfile.ZipFile(wheel) as z:
-        for info in z.infolist():
-            path = Path(z.extract(info, dest))
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                path.chmod(mode)
-
-
-def mpich_prefix(root: Path) -> Path:
-    """The unzipped mpich wheel's install prefix (…/mpich-X.data/data)."""
-    hits = sorted(root.glob("mpich-*.data/data"))
-    if not hits or not (hits[0] / "bin" / "mpiexec").exists():
-        raise SetupError(f"no mpich-*.data/data/bin/mpiexec under {root}")
-    return hits[0]
-
-
-def environment(base: dict, site: Path, mpich: Path, out: Path) -> dict:
-    """The variables every step runs with: carried packages first on PYTHONPATH, the
-    wheel's MPICH on PATH and LD_LIBRARY_PATH, and as mggrun's launcher."""
-    env = dict(base)
-
-    def front(var, value):
-        env[var] = value + (os.pathsep + env[var] if env.get(var) else "")
-
-    front("PYTHONPATH", f"{site}{os.pathsep}{ROOT}")
-    front("PATH", str(mpich / "bin"))
-    front("LD_LIBRARY_PATH", str(mpich / "lib"))
-    env.update(
-        MGG_MPIEXEC=str(mpich / "bin" / "mpiexec"),
-        NVSHMEM_BOOTSTRAP_UID_SOCK_IFNAME="lo",
-        MGG_GPU_OUT=str(out),
-        **STEP_ENV,
-    )
-    return env
-
-
-VERSIONS = r"""
-import json, importlib.metadata as md
-v = {}
-def dist(*names):
-    for n in names:
-        try:
-            return md.version(n)
-        except md.PackageNotFoundError:
-            pass
-    return None
-import cupy
-rt = cupy.cuda.runtime
-v["device"] = rt.getDeviceProperties(0)["name"].decode()
-v["driver"] = rt.driverGetVersion()
-v["cuda_runtime"] = rt.runtimeGetVersion()
-v["cupy"] = cupy.__version__
-v["cuda-core"] = dist("cuda-core", "cuda_core")
-v["cuda-bindings"] = dist("cuda-bindings", "cuda_bindings")
-v["nvidia-nvshmem"] = dist("nvidia-nvshmem-cu13", "nvidia-nvshmem-cu12")
-v["nvshmem4py"] = dist("nvshmem4py-cu13", "nvshmem4py-cu12")
-v["mpi4py"] = dist("mpi4py")
-v["numba"] = dist("numba")
-v["torch"] = dist("torch")
-import nvshmem.core  # needs cuda.core >= 0.5
-from mgg.comm.nvshmem import cuda_device
-v["cuda_device_class"] = cuda_device(0).__class__.__module__
-print(json.dumps(v))
-"""
-
-PREFLIGHT = (
-    "from mpi4py import MPI; c = MPI.COMM_WORLD; "
-    "assert c.Get_size() == 2, f'world of {c.Get_size()}, not 2'; "
-    "c.Get_rank() or print(MPI.Get_library_version().splitlines()[0])"
-)
-
-
-def setup(wheels: Path, out: Path, say) -> tuple[dict, dict]:
-    """Install and check everything (see the module docstring); (env, versions)."""
-    py = sys.executable
-    found = find_wheels(wheels)
-    if not (SITE / ".done").exists():
-        r = subprocess.run(
-            [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-            + ["--target", str(SITE), str(found["nvshmem4py"]), str(found["mpi4py"])],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if r.returncode:
-            raise SetupError(f"pip install of the carried wheels failed: {r.stderr[-1500:]}")
-        (SITE / ".done").write_text("")
-    fallback = sorted((wheels / "fallback").glob("*.whl"))
-    if not (MPICH / ".done").exists():
-        unzip_keeping_modes(found["mpich"], MPICH)
-        (MPICH / ".done").write_text("")
-    env = environment(os.environ, SITE, mpich_prefix(MPICH), out)
-
-    def versions():
-        return subprocess.run(
-            [py, "-c", VERSIONS], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
-        )
-
-    r = versions()
-    if r.returncode and fallback:  # the image's cuda-core may predate what nvshmem4py needs
-        say(f"nvshmem4py does not import with the image's packages; adding {fallback}")
-        subprocess.run(
-            [py, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile"]
-            + ["--target", str(SITE), "--upgrade", *map(str, fallback)],
-            check=True,
-            timeout=120,
-        )
-        r = versions()
-    if r.returncode:
-        raise SetupError(f"the GPU packages do not import: {r.stderr.strip()[-1500:]}")
-    ver = json.loads(r.stdout.strip().splitlines()[-1])
-    mpiexec = env["MGG_MPIEXEC"]
-    r = subprocess.run(
-        [mpiexec, "-n", "2", py, "-c", PREFLIGHT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    if r.returncode:
-        raise SetupError(
-            f"{mpiexec} -n 2 did not give a world of 2 (mpi4py bound to another MPI?): "
-            f"{(r.stdout + r.stderr).strip()[-1500:]}"
-        )
-    ver["mpi_library"] = r.stdout.strip().splitlines()[-1]
-    return env, ver
-
-
 # ---- running a stage -----------------------------------------------------------------------
-def _kill_group(proc: subprocess.Popen) -> None:
-    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-class Ended(BaseException):
-    """This process was told to end (SIGTERM, SIGHUP, SIGINT: a device command's
-    ``timeout``): the step in flight goes down with it."""
-
-
-def end_steps_on_signals() -> None:
-    """Make the signals that end this process raise Ended, so that a running step's
-    process group is killed before it exits (the group is a session of its own, which a
-    signal to this process does not reach: left alone it would run on into the next
-    device command, on the same GPU and into the same $OUT)."""
-
-    def ended(signum, frame):
-        raise Ended(signal.Signals(signum).name)
-
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-        signal.signal(sig, ended)
-
-
-def run_step(step: Step, limit: float, env: dict, log) -> dict:
-    """Run one step with output teed to log and stdout; killed (whole process group) at
-    its limit, or when this process is ended (end_steps_on_signals)."""
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        step.argv,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        text=True,
-        errors="replace",
-    )
-    lines: list[str] = []
-
-    def pump():
-        for line in proc.stdout:
-            lines.append(line)
-            log.write(line)
-            sys.stdout.write(line)
-        sys.stdout.flush()
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    timed_out = False
-    try:
-        rc = proc.wait(limit)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_group(proc)
-        rc = proc.returncode
-    except BaseException:
-        _kill_group(proc)
-        raise
-    reader.join(10)
-    result = None
-    if step.expect is not None:
-        tail = [ln for ln in "".join(lines).splitlines() if ln.startswith("{")]
-        try:
-            result = json.loads(tail[-1]) if tail else None
-        except ValueError:
-            result = None
-    why = None
-    if timed_out:
-        why = f"killed at its limit of {limit:.0f} s"
-    elif rc != 0:
-        why = f"exit status {rc}"
-    elif step.expect is not None:
-        why = step.expect(result)
-    return {
-        "step": step.name,
-        "command": shlex.join(step.argv),
-        "rc": rc,
-        "timed_out": timed_out,
-        "seconds": round(time.monotonic() - t0, 1),
-        "limit": round(limit),
-        "ok": why is None,
-        "why": why,
-        **({"result": result} if result is not None else {}),
-    }
-
-
-def write_json(path: Path, obj) -> None:
-    write_atomic(path, json.dumps(obj, indent=1, default=str) + "\n")
-
-
 def run_stage(stage: Stage, out: Path, env: dict, summary: dict, budget=STAGE_BUDGET) -> dict:
     """Run every step of a stage inside the budget (counted from summary['t0'], so that
     setup counts too); stage.json is rewritten after each step."""
@@ -643,7 +378,7 @@ def cmd_run(args) -> int:
         summary = {
             "stage": name,
             "about": table[name].about,
-            "commit": os.environ.get("MGG_COMMIT") or _git_commit() or "unknown",
+            "commit": os.environ.get("MGG_COMMIT") or git_commit() or "unknown",
             "command": shlex.join([Path(sys.executable).name, *sys.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "quick": args.quick,
@@ -670,20 +405,6 @@ def cmd_run(args) -> int:
     return code
 
 
-def _git_commit() -> str | None:
-    try:
-        r = subprocess.run(
-            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return r.stdout.strip() or None
-    except OSError:
-        return None
-
-
 # ---- the developer's side ------------------------------------------------------------------
 def cmd_list(args) -> int:
     for name, st in stages(args.quick).items():
@@ -697,7 +418,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_command(args) -> int:
-    commit = _git_commit() or "unknown"
+    commit = git_commit() or "unknown"
     for name in args.stages:
         quick = " --quick" if args.quick else ""
         print(
@@ -714,6 +435,9 @@ def cmd_collect(args) -> int:
     regenerate the generated part of docs/gpu-notes.md."""
     got = []
     for src in map(Path, args.paths):
+        if src.is_dir() and (src / "window.json").exists():
+            got += window.collect_window(src)
+            continue
         for item in [src] if src.is_file() else sorted(src.iterdir()):
             if item.is_file() and item.name.endswith(".tar.gz"):
                 with tarfile.open(item) as t:
@@ -796,6 +520,7 @@ def render_notes(home: Path | None = None, notes: Path | None = None) -> str:
                     f"| {np_} | {name} | {sum(r['ok'] for r in mine)}/{np_} | "
                     f"{text.replace('|', '/')[:300]} |"
                 )
+    lines += window.render(home / "window")
     block = "\n".join([BEGIN, "", *lines, "", END])
     text = notes.read_text() if notes.exists() else ""
     if BEGIN in text and END in text:
@@ -817,6 +542,8 @@ def main(argv=None) -> int:
             s.add_argument("paths", nargs="+")
         s.add_argument("--quick", action="store_true")
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "window":
+        return window.main(argv[1:])
     if argv and argv[0] in ("list", "command", "collect"):
         args = ap.parse_args(argv)
         return {"list": cmd_list, "command": cmd_command, "collect": cmd_collect}[args.verb](args)
