@@ -1,14 +1,10 @@
 """bench/gpu/e2e_vs_pyg.py without a GPU: PyG's step as an expert sets it up (the training
 rows an index tensor, the same loss as a boolean mask's; fused Adam), its capture in
-PyTorch's whole-network recipe (against a stand-in of torch.cuda), and the CPU dry run a
-GPU window runs first, end to end."""
+PyTorch's whole-network recipe (against a stand-in of torch.cuda). Its CPU dry run, end
+to end, is the GPU window's (tests/test_gpu_window.py)."""
 
 import copy
-import json
-import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -23,8 +19,6 @@ import e2e_vs_pyg as e2e  # noqa: E402
 from pyg_models import PATHS  # noqa: E402
 
 from mgg.graph.dataset import Dataset  # noqa: E402
-
-SCRIPT = ROOT / "bench" / "gpu" / "e2e_vs_pyg.py"
 
 
 @pytest.fixture(scope="module")
@@ -193,49 +187,3 @@ def test_the_captured_sides_are_skipped_without_cuda_and_fail_nothing(ds, monkey
     assert sorted(skipped) == ["mgg_graph", "pyg_graph_csr", "pyg_graph_edge_index"]
     assert all(why.startswith("needs CUDA") for why in skipped.values())
     assert e2e.FAILED == []
-
-
-@pytest.mark.slow
-def test_the_cpu_dry_run_measures_every_side_that_needs_no_cuda(tmp_path):
-    """`e2e_vs_pyg.py --backend cpu` at toy size: a row per model with mgg's and PyG's
-    times, the captured sides skipped (needs CUDA), PyG's setup the expert's, results
-    named _cpu, and cupy never imported (a stand-in that leaves a mark if it is)."""
-    stub = tmp_path / "stub"
-    (stub / "cupy").mkdir(parents=True)
-    mark = tmp_path / "cupy-imported"
-    (stub / "cupy" / "__init__.py").write_text(
-        f"open({str(mark)!r}, 'w').close()\nraise ImportError('the CPU run imported cupy')\n"
-    )
-    out = tmp_path / "out"
-    env = dict(os.environ, MGG_GPU_OUT=str(out), PYTHONPATH=str(stub))
-    models = ["gcn", "sage", "gin", "gat"]
-    argv = [sys.executable, str(SCRIPT), "--backend", "cpu", "--scale", "0.001", "--epochs",
-            "2", "--graphs", "reddit", "--models", ",".join(models)]  # fmt: skip
-    t0 = time.perf_counter()
-    r = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    took = time.perf_counter() - t0
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert not mark.exists()
-    assert sorted(p.name for p in out.iterdir()) == [
-        f"e2e_vs_pyg_cpu.{ext}" for ext in ("json", "log", "md", "png")
-    ]
-    res = json.loads((out / "e2e_vs_pyg_cpu.json").read_text())
-    assert res["backend"] == "cpu" and res["partial"] is False
-    assert res["meta"]["device"].startswith("cpu")
-    rows = {r["model"]: r for r in res["table"]}
-    assert sorted(rows) == sorted(models)
-    for model, row in rows.items():
-        forms = PATHS[model]
-        assert row["mgg_ms"] > 0 and row["pyg_best_ms"] > 0 and row["vs_pyg_best"] > 0
-        assert row["pyg_best_path"] in forms  # the captured sides did not run
-        assert row["pyg_best_ms"] == min(row[f"pyg_{f}_ms"] for f in forms)
-        assert row["pyg_eager_best_ms"] == row["pyg_best_ms"]
-        assert row["mgg_graph_ms"] is None and row["host_ms"] is None
-        why = dict(part.split(": ", 1) for part in row["skipped"].split("; "))
-        assert sorted(why) == sorted(["mgg_graph", *(f"pyg_graph_{f}" for f in forms)])
-        assert all(w.startswith("needs CUDA") for w in why.values())
-        assert sorted(row["pyg_setup"]) == sorted(f"pyg_{f}" for f in forms)
-        for setup in row["pyg_setup"].values():
-            assert setup["train_rows"].startswith("torch.int64 [")
-            assert setup["adam"]["fused"]
-    print(f"CPU dry run: {took:.1f} s")

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 
-sys.path.insert(0, str(ROOT / "bench" / "gpu"))
+sys.path[:0] = [str(ROOT / "bench" / "gpu"), str(ROOT / "bench")]
 import plan  # noqa: E402
 import window  # noqa: E402
 
@@ -243,8 +243,9 @@ def test_collect_refuses_a_dry_run(tmp_path):
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_the_whole_plan_runs_at_toy_size_on_cpus(tmp_path):
-    """`stage.py window --dry-run --backend cpu`: every step's script, flags and files, at
-    toy sizes, so that no device minute is lost to a Python error or a wrong flag."""
+    """`stage.py window --dry-run --backend cpu`: every step's script, flags and files at
+    toy size, so that no device minute is lost to a Python error or a wrong flag; and
+    what the benchmarks' CPU twins measured is what their GPU runs will record."""
     t0 = time.monotonic()
     r = subprocess.run(
         [PY, str(STAGE), "window", "--dry-run", "--backend", "cpu", "--out", str(tmp_path)],
@@ -258,4 +259,68 @@ def test_the_whole_plan_runs_at_toy_size_on_cpus(tmp_path):
     assert r.returncode == 0 and not bad, (bad, r.stdout[-3000:], r.stderr[-2000:])
     assert [s["step"] for s in summary["steps"]] == [s.name for s in plan.plan()]
     assert len(list(tmp_path.iterdir())) <= window.MAX_FILES
+    steps = tmp_path / "steps"
+    for tar in tmp_path.glob("steps*.tar.gz"):
+        with tarfile.open(tar) as t:
+            t.extractall(steps, filter="data")
+    e2e_rows(json.loads((steps / "e2e-0.05" / "e2e_vs_pyg_cpu.json").read_text()))
+    kernel_rows(json.loads((steps / "kernel" / "kernel_ab_cpu.json").read_text()))
+    locality_rows(json.loads((steps / "locality" / "locality_cpu.json").read_text()))
+    for name in ("papers", "papers-80g"):
+        (path,) = (steps / name).glob("papers_gpu_cpu*.json")  # -1g: --device-memory 1G
+        (row,) = json.loads(path.read_text())["table"]
+        assert not row.get("refused") and row["fits"] and row["hidden"] == 128, row
+        assert row["prepare_s"] > 0 and row["epoch_s"] > 0 and row["pes"] == 1
+    graph = {}
+    for s in plan.plan():
+        if s.name.startswith("fullsize-"):
+            (row,) = json.loads((steps / s.name / "fullsize_cpu.json").read_text())["table"]
+            assert "oom" not in row and row["epoch_s"] > 0, row
+            graph[s.name] = row["graph"]
+    assert graph == {f"fullsize-{g}": g for g in ("reddit", "products", "proteins", "orkut",
+                                                  "enwiki")}  # fmt: skip
     print(f"dry run of {len(summary['steps'])} steps: {took:.1f} s")
+
+
+def e2e_rows(res):
+    """A row per model with mgg's and PyG's times, the captured sides skipped (they need
+    CUDA), PyG's setup the expert's: int64 training rows, fused Adam."""
+    from pyg_models import PATHS
+
+    assert res["backend"] == "cpu" and res["partial"] is False
+    assert res["meta"]["device"].startswith("cpu")
+    rows = {r["model"]: r for r in res["table"]}
+    assert sorted(rows) == ["gat", "gcn"]
+    for model, row in rows.items():
+        forms = PATHS[model]
+        assert row["mgg_ms"] > 0 and row["pyg_best_ms"] > 0 and row["vs_pyg_best"] > 0
+        assert row["pyg_best_path"] in forms  # the captured sides did not run
+        assert row["pyg_best_ms"] == min(row[f"pyg_{f}_ms"] for f in forms)
+        assert row["mgg_graph_ms"] is None and row["host_ms"] is None
+        why = dict(part.split(": ", 1) for part in row["skipped"].split("; "))
+        assert sorted(why) == sorted(["mgg_graph", *(f"pyg_graph_{f}" for f in forms)])
+        assert all(w.startswith("needs CUDA") for w in why.values())
+        for setup in row["pyg_setup"].values():
+            assert setup["train_rows"].startswith("torch.int64 [") and setup["adam"]["fused"]
+
+
+def kernel_rows(res):
+    """Both dtypes at the four widths, positive times, within the oracle's tolerance; ncu
+    commands over one inner run (never the whole benchmark: GPU run 8) at 16 and 128."""
+    got = {(r["dtype"], r["D"]) for r in res["table"]}
+    assert got == {(t, d) for t in ("float32", "bfloat16") for d in (16, 64, 128, 256)}
+    for r in res["table"]:
+        assert r["mgg_ms"] > 0 and r["cusparse_ms"] > 0, r
+        assert r["max_rel_error"] < (1e-2 if r["dtype"] == "bfloat16" else 1e-4), r
+    for cmd in res["ncu_commands"].values():
+        assert cmd[-3] == "--inner" and cmd[-1] == "--profile" and "--backend" not in cmd
+        assert cmd[cmd.index("--dims") + 1] == "16,128"
+
+
+def locality_rows(res):
+    """A row per order (metis too: pymetis is a dev dependency), each order computed,
+    natural's ratio to itself 1, no hit rates without ncu."""
+    assert {r["source"] for r in res["table"]} == {"natural", "rcm", "metis"}
+    assert all(res["orders"][o]["how"].startswith("computed") for o in ("rcm", "metis"))
+    assert all(r["vs_natural"] == 1.0 for r in res["table"] if r["source"] == "natural")
+    assert all(r["mgg_ms"] > 0 and r["l1_hit_pct"] is None for r in res["table"])

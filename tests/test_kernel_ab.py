@@ -76,26 +76,6 @@ def orders_dir(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_the_dry_mode_of_the_locality_run_times_each_order_and_keeps_them(tmp_path, orders_dir):
-    """--orders natural,rcm,metis on CPU: every order computed (metis where pymetis is
-    installed) and kept in --order-dir, one row per order, D, dtype, op and ps with
-    positive times, ncu's commands built for --ncu-dims only."""
-    orders = ["natural", "rcm"] + (["metis"] if kernel_ab.module_found("pymetis") else [])
-    args = ["--orders", ",".join(orders), "--order-dir", str(orders_dir)]
-    result, out = dry_run(
-        tmp_path, *args, "--bf16", "--dims", "16,64", "--ncu-dims", "16", "--no-compile"
-    )
-    check_rows(result, orders, [16, 64])
-    check_ncu(result, orders, [16])
-    assert sorted(p.name for p in orders_dir.iterdir()) == sorted(f"{o}.npy" for o in orders[1:])
-    assert all(result["orders"][o]["how"].startswith("computed") for o in orders[1:])
-    natural = [r for r in result["table"] if r["source"] == "natural"]
-    assert all(r["vs_natural"] == 1.0 for r in natural)
-    assert all(r["l1_hit_pct"] is None for r in result["table"])  # no ncu on CPU
-    assert "the profiled inner run (natural) ran on CPU" in out
-
-
-@pytest.mark.slow
 def test_orders_kept_in_order_dir_are_read_back_without_pymetis(tmp_path, orders_dir):
     """A second run over the orders kept (the GPU machine's, whose image may lack pymetis)
     reads them and never imports pymetis: here `import pymetis` fails."""
