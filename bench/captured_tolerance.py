@@ -26,7 +26,9 @@ import mgg.torch as mt
 import mgg.torch.message
 import mgg.torch.ops
 from mgg.graph.generators import planted_partition
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 from common import RESULTS, csv_list, write_results
 

@@ -272,7 +272,8 @@ def default_trainer(dg, data, name: str, **kw):
     weight decay) on the job's device, without evaluation between steps (``kw``: more
     Trainer options)."""
     import mgg.torch as mt
-    from mgg.train import Trainer, build_optimizer
+    from mgg.job import build_optimizer
+    from mgg.train import Trainer
 
     spec = mt.MODELS[name]
     model = mt.build_model(name, data.num_features, data.num_classes).to(data.y.device)

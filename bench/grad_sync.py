@@ -30,7 +30,7 @@ def worker(spec: str, name: str) -> None:
     import mgg.train
     from mgg.comm import get_comm
     from mgg.graph.specs import resolve
-    from mgg.train import prepare
+    from mgg.prepare import prepare
 
     comm = get_comm()
     dg, data = prepare(resolve(spec), comm, name)

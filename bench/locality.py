@@ -152,8 +152,10 @@ def worker(data: str, orders, epochs: int, dim: int, repeat: int, window: str, s
     from mgg.graph.dataset import random_features
     from mgg.graph.specs import resolve
     from mgg.harness.timing import slowest, time_round_robin
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
     from mgg.torch import build_model
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import Trainer
 
     comm = get_backend("cpu").comm()
     ds = resolve(data)

@@ -48,8 +48,8 @@ def graphs(model: str, hidden: int, args) -> list[tuple[str, str]]:
 
 def estimate(spec: str, model: str, hidden: int, p: int) -> dict[str, float]:
     """The estimate's parts in MB, before running."""
+    from mgg.footprint import job_estimate
     from mgg.graph.specs import resolve
-    from mgg.memory import job_estimate
     from mgg.torch import MODELS
 
     parts = job_estimate(resolve(spec), p, "train", model=MODELS[model], hidden=hidden)
@@ -57,7 +57,7 @@ def estimate(spec: str, model: str, hidden: int, p: int) -> dict[str, float]:
 
 
 def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int) -> dict:
-    from mgg.memory import model_params
+    from mgg.footprint import model_params
     from mgg.torch import MODELS
 
     res = mgg_json(p, "train", "--dataset", spec, "--model", model, "--hidden", hidden,

@@ -102,8 +102,9 @@ def run(argv: list[str]) -> dict:
 def planned(graph: str, model: str, hidden: int | None, layers: int, **job):
     """variant's flags -> the plan's device activations (and attention) of the job (``job``:
     its dtype and output_rows)."""
+    from mgg.footprint import job_estimate
+    from mgg.graph.facts import job_facts
     from mgg.graph.specs import resolve, spec_facts
-    from mgg.memory import job_estimate, job_facts
     from mgg.torch import MODELS
 
     d = spec_facts(graph) or job_facts(resolve(graph))

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from mgg.footprint import job_estimate
+from mgg.graph.facts import job_facts
 from mgg.graph.specs import resolve, spec_facts
-from mgg.memory import budget_for, format_bytes, job_estimate, job_facts
+from mgg.memory import budget_for, format_bytes
 from mgg.torch import MODELS
 
 from common import RESULTS, csv_list, mgg_json, write_results

@@ -10,7 +10,7 @@ A checkpoint is one torch file that ``torch.load(path, weights_only=True)`` read
 meta: ``format`` (FORMAT), ``digest`` (sha256 of the states and of the rest of meta),
 ``epoch``, ``history``, ``config`` (the model's), ``optimizer`` (its class name),
 ``graph_config`` (the knobs in force), ``tuning`` (the search's result or null), ``ranks``,
-``data`` (what the job trained on: mgg.train.LocalData.identity; see :func:`check_data`),
+``data`` (what the job trained on: mgg.prepare.LocalData.identity; see :func:`check_data`),
 ``select`` and ``best`` (the best validation epoch's record: epoch and metrics, or null).
 Format 0 (before mgg wrote a format) has neither format nor digest and is still read.
 
@@ -406,7 +406,7 @@ def check_data(
     path, meta: dict, data: dict | None, what: str = "checkpoint", use: str = "resume it"
 ) -> str | None:
     """Refuse a checkpoint (or another file: ``what``, the use of it: ``use``) whose meta
-    records other data than ``data`` (this job's, as mgg.train.LocalData.identity
+    records other data than ``data`` (this job's, as mgg.prepare.LocalData.identity
     describes it: the dataset's source, sizes, graph kind and preprocessing flags): any
     entry that both record, the labels (LABELS) aside, and that differs. Returns a warning
     where the checkpoint records no data (an older mgg wrote it), None otherwise."""

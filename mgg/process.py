@@ -72,7 +72,7 @@ def _thresholds(limit: int):
 
 
 def fit_allocator(returns_freed: bool) -> bool:
-    """With ``returns_freed`` (a training rank whose plan holds mgg.memory.RETURN_ABOVE
+    """With ``returns_freed`` (a training rank whose plan holds mgg.footprint.estimate.RETURN_ABOVE
     bytes of activations or more: ``Parts.returns_freed``), give freed blocks of 1 MiB
     and more back to the kernel (and what is free now) instead of keeping them below
     1 GiB for reuse (keep_freed_memory): such a rank frees and reallocates arrays of

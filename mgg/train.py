@@ -1,233 +1,33 @@
-"""Full-graph training of torch models: data on each rank, the Trainer loop, metrics and
-checkpoints."""
+"""The Trainer: full-graph training of a torch model over a job's data (mgg.prepare),
+evaluation, best-val selection, checkpoints, the saved model."""
 
 from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from . import checkpoint, optim, precision, process
-from .arrays import to_host
-from .backend import Backend, get_backend
+from . import checkpoint, precision
 from .comm import on_root
 from .distgraph import DistGraph
 from .errors import DivergedError, InputError
-from .graph.dataset import Dataset, random_features
-from .graph.papers import PapersDataset
 from .harness.timing import slowest
-from .knobs import DEFAULTS, Knobs, space
-from .memory import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
-from .partition import order as node_order
-from .partition.plan import job_plan
-from .partition.shards import ShardedDataset
-from .precision import as_rows
+from .harness.tune import in_training
+from .job import Job
+from .knobs import Knobs, space
+from .metrics import global_rocauc, metric, not_finite, selection
+from .prepare import LocalData
 from .progress import progress
-from .torch import (
-    ChunkedRows,
-    HostRows,
-    InputRows,
-    SparseRows,
-    as_features,
-    graph_kind,
-    save_model,
-    sync_gradients,
-)
+from .torch import save_model, sync_gradients
 from .torch.graphs import CapturedStep
 from .torch.models import check_rows_of
-from .tuner import Protocol, Workload, drive
 
-FLOAT32_SAFE = float(np.sqrt(np.finfo(np.float32).max))  # larger values' products overflow
-SPARSE_FEATURES_DENSITY = 0.1  # dense features at most this full (and >= 256 wide) go CSR
 UNREAD_MAX = 100  # steps whose losses wait on the device at most (then read_losses runs)
-
-
-@dataclass
-class LocalData:
-    """This rank's rows of the node data (n = ub - lb), on the job's device.
-
-    x  tensor [n, F] of the job's dtype, SparseRows, or HostRows (streamed from host
-       memory);  y int64 tensor [n];  masks bool tensors [n]
-    identity  what the job trains on, the same on every rank (prepare; checkpoints record
-              it and a resume must match it: mgg.checkpoint.check_data)
-    node_ids  int64 [n] (numpy): the original id of each row; the rows are in the job's
-              node order (``order``: its name, computed in ``order_seconds``)
-    """
-
-    x: torch.Tensor | InputRows
-    y: torch.Tensor
-    train_mask: torch.Tensor
-    val_mask: torch.Tensor
-    test_mask: torch.Tensor
-    num_features: int
-    num_classes: int
-    notes: str = ""
-    identity: dict = field(default_factory=dict)
-    node_ids: np.ndarray | None = None
-    order: str = DEFAULTS.order
-    order_seconds: float = 0.0
-
-
-def prepare(
-    dataset: Dataset | ShardedDataset,
-    comm=None,
-    model: str = "gcn",
-    *,
-    knobs: Knobs | None = None,
-    seed: int = 0,
-    row_normalize: bool = False,
-    design: str = "pipelined",
-    backend: str | Backend = "cpu",
-    source: dict | None = None,
-    order_file=None,
-    keep_source: bool = False,
-    stream_rows: int | None = None,
-    **given,
-) -> tuple[DistGraph, LocalData]:
-    """This rank's plan and node data for the job of ``comm``.
-
-    ``dataset``: a Dataset (partitioned here, on every rank) or a ShardedDataset (rank r
-    opens only its shard, partitioned beforehand by ``mgg partition --out``).
-    ``model``: a registered model name (its layers say which graph they expect) or a graph
-    kind of ``job_graph``. ``knobs`` (mgg.knobs.Knobs) and knob keywords (``ps=``,
-    ``dist=``, ``window=``, ``split=``, ...: those the backend and design take) configure
-    the job; a sharded dataset keeps its own ps unless one is given, and its split. Datasets
-    without a split get 20 training and 30 validation nodes per class (seeded); datasets
-    without features get one-hot node ids (sparse) or, beyond 200,000 nodes, seeded random
-    ones. Wide dense features that are mostly zeros (bag-of-words) are stored sparse.
-    ``row_normalize`` scales each feature row to sum 1 (Kipf & Welling's preprocessing).
-    The knob ``order`` (or ``order_file``, a saved permutation: mgg.partition.order)
-    renumbers the nodes before the split; the data keeps its original ids
-    (``LocalData.node_ids``), the split and generated features are those of natural order.
-    ``source``: where ``dataset`` came from (``mgg.graph.specs.dataset_source``; a sharded
-    dataset's default is its manifest's), recorded in ``LocalData.identity`` with the
-    sizes, graph kind and the flags that changed the data (row_normalize; seed where it
-    made the split or the features). It identifies a file by its size and head and tail,
-    so it is the same at any rank count and for a sharded dataset as for the file it was
-    partitioned from. ``keep_source``: keep the graph before ``model``'s loops and
-    weights, so that layers wanting another kind derive it (DistGraph.derive; a sharded
-    dataset has only its own). ``stream_rows``: dense features stay in host memory
-    (HostRows) and stream through the device this many rows at a time (what
-    mgg.memory.plan says when they do not fit on the device beside the rest).
-    """
-    if comm is None and process.job_size() > 1:
-        raise InputError(
-            f"prepare: this process is one of {process.job_size()} ranks but no comm was "
-            "given, so it would train on the whole graph alone: pass comm=get_comm()"
-        )
-    kind = graph_kind(model)
-    be = get_backend(backend)
-    knobs = Knobs.parse(given, takes=be.takes(design), job=be.job(design), base=knobs)
-    size, rank = (1, 0) if comm is None else (comm.size, comm.rank)
-    if isinstance(dataset, ShardedDataset):
-        dataset.check_job(size, kind, model, knobs, order_file)
-        if not dataset.labels:
-            raise ValueError(f"{dataset.path}: no labels: node classification needs them")
-        shard = dataset.open(rank, size)
-        knobs = replace(knobs, order=dataset.order)  # the order its plans were built in
-        dg = DistGraph(shard.plan, comm, design=design, backend=be, knobs=knobs, kind=kind)
-        rows, n = shard.rows, dataset.num_nodes
-        source = dataset.manifest.get("source") if source is None else source
-        seeded = False  # its split was made when it was partitioned
-        order, order_s = dataset.order, dataset.manifest.get("order_seconds", 0.0)
-    else:
-        if dataset.y is None:
-            raise ValueError(
-                f"dataset {dataset.name!r} has no labels: node classification needs them"
-            )
-        ordered = node_order.for_job(
-            dataset.graph, knobs.order, comm, path=order_file, seed=seed, split=knobs.split
-        )
-        raw = ordered.apply(dataset.graph)
-        plan = job_plan(raw, kind, size, knobs.ps, rank=rank, split=knobs.split)
-        dg = DistGraph(
-            plan, comm, design=design, backend=be, knobs=knobs, kind=kind,
-            source=raw if keep_source else None,
-        )  # fmt: skip
-        ids = ordered.ids(dg.lb, dg.ub)
-        if isinstance(dataset, PapersDataset):  # features drawn in the job's dtype
-            rows = dataset.rows(dg.lb, dg.ub, seed, ids, dtype=dg.dtype)
-        else:
-            rows = dataset.rows(dg.lb, dg.ub, seed, ids)
-        n = dataset.graph.num_nodes
-        seeded = dataset.y is not None and dataset.train_mask is None  # a seeded split
-        order, order_s = ordered.name, ordered.seconds
-    dg.seed = seed
-    lb, ub = dg.lb, dg.ub
-    node_ids = rows.node_ids(lb, ub)
-    notes = rows.notes
-    if order != DEFAULTS.order:
-        notes += f"; nodes in {order} order ({order_s:.2f} s)"
-    if rows.x is None:
-        if n <= FEATURELESS_IDENTITY_MAX:
-            ones = np.ones(ub - lb, np.float32)
-            x = sp.csr_matrix((ones, node_ids, np.arange(ub - lb + 1)), shape=(ub - lb, n))
-            notes += "; features: one-hot node ids"
-        else:
-            x = random_features(seed, lb, ub, FEATURELESS_WIDTH, ids=rows.ids)
-            notes += f"; features: {FEATURELESS_WIDTH} seeded random"
-            seeded = True
-    else:
-        x = rows.x
-        if sp.issparse(x):
-            x = sp.csr_matrix(x, dtype=np.float32)
-        elif x.dtype != dg.dtype or row_normalize:  # else kept as stored (bf16 shards)
-            x = np.ascontiguousarray(x, np.float32)
-        if (
-            not sp.issparse(x)
-            and x.shape[1] >= 256
-            and x.size
-            and np.count_nonzero(x) <= SPARSE_FEATURES_DENSITY * x.size
-        ):
-            x = sp.csr_matrix(np.asarray(x, np.float32))  # bag-of-words: multiplied sparse
-        if row_normalize:
-            x = _row_normalize(x)
-            notes += "; features: rows normalized to sum 1"
-    x = as_rows(x, dg.dtype, f"the features of {rows.name!r}")
-    be = dg.backend
-    device = torch.device("cpu")
-    if be.gpu:
-        import cupy
-
-        device = torch.device("cuda", cupy.cuda.Device().id)
-        torch.cuda.set_device(device)
-    if stream_rows and not sp.issparse(x):
-        x = HostRows.of(x, dg, stream_rows)
-        notes += f"; features streamed from host memory, {x.chunk:,} rows at a time"
-    elif sp.issparse(x) and be.gpu:
-        x = be.to_device(x)
-    y = np.asarray(rows.y)
-    y = y.astype(np.float32) if y.ndim == 2 else y.astype(np.int64)  # 2-D: multi-label
-    data = LocalData(
-        as_features(x, device),
-        torch.as_tensor(y, device=device),
-        *(torch.as_tensor(np.array(m, bool), device=device) for m in rows.masks),
-        num_features=int(x.shape[1]),
-        num_classes=int(rows.num_classes),
-        notes=notes.strip("; "),
-        node_ids=node_ids,
-        order=order,
-        order_seconds=order_s,
-    )
-    where = dict(source or {})
-    data.identity = {
-        "dataset": rows.name,
-        "path": where.pop("path", None),
-        "source": {k: v for k, v in where.items() if k != "num_edges"} or None,
-        "num_nodes": int(n),
-        "num_features": data.num_features,
-        "num_classes": data.num_classes,
-        "graph_kind": kind,
-        "row_normalize": bool(row_normalize and rows.x is not None),
-        **({"seed": seed} if seeded else {}),
-    }
-    return dg, data
 
 
 @dataclass
@@ -298,7 +98,7 @@ class Trainer:
         log=None,
         progress_bar=None,
         cuda_graph: bool = False,
-        output_rows: str = "all",
+        output_rows: str = Job.output_rows,
     ):
         if data.x.shape[0] != graph.num_local_nodes:
             raise ValueError(
@@ -346,7 +146,7 @@ class Trainer:
         )
         if self.train_count == 0:
             raise ValueError("the train mask is empty on every rank: there is nothing to learn")
-        self.select, self.patience = _selection(select, patience, val_count, eval_every)
+        self.select, self.patience = selection(select, patience, val_count, eval_every)
         self.best: dict | None = None  # the best validation epoch's record
         self._best_state: dict | None = None  # its weights (select best-val)
         self.stopped: int | None = None  # the epoch at which patience ran out
@@ -465,7 +265,11 @@ class Trainer:
         total = self._sum(torch.cat(parts).cpu().numpy())
         for u, loss in zip(unread, total, strict=False):
             if not np.isfinite(loss):
-                raise DivergedError(self._not_finite(float(loss), u.rec["epoch"]))
+                raise DivergedError(
+                    not_finite(
+                        self.data, self.g.dtype, self.opt, self.comm, float(loss), u.rec["epoch"]
+                    )
+                )
             u.rec["loss"], u.rec["seconds"] = float(loss), _seconds(u.start, u.end)
         return total[len(unread) :]
 
@@ -477,44 +281,6 @@ class Trainer:
         event = torch.cuda.Event(enable_timing=True)
         event.record()
         return event
-
-    def _not_finite(self, total: float, epoch: int) -> str:
-        """What a NaN/inf loss at ``epoch`` (1-based) means (collective): the features are
-        not finite, or too large for float32 arithmetic (beyond sqrt(float32 max) their
-        products overflow); the model overflows on its first step (no optimizer step
-        before it); else the learning rate made training diverge."""
-        x = self.data.x
-        if isinstance(x, SparseRows):
-            v = torch.as_tensor(to_host(x.m.data))
-        else:
-            v = x.rows if isinstance(x, ChunkedRows) else x.detach()
-        ok = torch.isfinite(v)
-        local = [float((~ok).sum()), float(v[ok].abs().max()) if bool(ok.any()) else 0.0]
-        if self.comm is not None:
-            every = np.array(self.comm.allgather(local))
-            local = [every[:, 0].sum(), every[:, 1].max()]
-        bad, big = local
-        name = self.data.identity.get("dataset")
-        what = f"the features of {name!r}" if name else "the input features"
-        rows = precision.name(self.g.dtype)
-        rows = "" if rows == "float32" else f" ({rows} rows)"
-        loss = f"the loss is {total} at epoch {epoch}{rows}"
-        if bad:
-            return f"{loss}: {what} hold {bad:.0f} NaN/inf values (not a learning-rate problem)"
-        if big > FLOAT32_SAFE:
-            return (
-                f"{loss}: {what} reach {big:.3g} in magnitude, which overflows float32 "
-                f"arithmetic (products beyond {np.finfo(np.float32).max:.3g}): scale them "
-                "down, e.g. --row-normalize (not a learning-rate problem)"
-            )
-        if epoch == 1:
-            return (
-                f"{loss}, before any optimizer step (not a learning-rate problem): the "
-                f"model's float32 arithmetic overflows on {what} (up to {big:.3g} in "
-                "magnitude) with its initial weights"
-            )
-        lr = self.opt.param_groups[0].get("lr")
-        return f"training diverged: {loss} (learning rate {lr:g}): lower the learning rate"
 
     def weights_digest(self) -> str:
         h = hashlib.sha1()
@@ -553,7 +319,7 @@ class Trainer:
         masks = self._masks
         if self.multilabel:
             tot = self.read_losses(local)  # with the steps' losses: one read
-            acc = self._global_rocauc(logits, masks)
+            acc = global_rocauc(self.comm, logits, self._y, masks)
         else:
             right = logits.argmax(1) == self._y
             for mask in masks:
@@ -575,27 +341,6 @@ class Trainer:
         logits = self._logits(every=True)
         out = torch.sigmoid(logits.float()) if self.multilabel else logits.argmax(1)
         return self.data.node_ids, out.cpu().numpy()
-
-    def _global_rocauc(self, logits, masks) -> list[float]:
-        """ROC-AUC of each mask's rows over all ranks: rank 0 gathers the scores and
-        targets, computes, and broadcasts (collective)."""
-        scores = logits.detach().float().cpu().numpy()
-        targets = self._y.cpu().numpy().astype(np.int8)
-        mine = [(scores[m], targets[m]) for m in (m.cpu().numpy() for m in masks)]
-        if self.comm is None:
-            return [rocauc(t, s) for s, t in mine]
-        parts = self.comm.gather(mine, root=0)
-        result = None
-        if parts is not None:
-            with self.comm.alone():
-                result = [
-                    rocauc(
-                        np.concatenate([p[i][1] for p in parts]),
-                        np.concatenate([p[i][0] for p in parts]),
-                    )
-                    for i in range(len(masks))
-                ]
-        return self.comm.bcast(result, root=0)
 
     def summary(self) -> dict:
         """The final evaluation of the selected weights (the model is left at them:
@@ -761,9 +506,8 @@ class Trainer:
 
     # ---- tuning ----------------------------------------------------------------------
     def _search(self, epochs: int) -> None:
-        """The tuner's driver (mgg.tuner.drive), each sample a real training step (the
-        slowest rank's time, as every measurement of mgg.harness.timing), within
-        ``tune_budget`` epochs; from the model's guess unless ``tune_start`` is given."""
+        """The tuner's driver over real training steps (mgg.harness.tune.in_training), each
+        sample a step timed on the slowest rank, within ``tune_budget`` epochs."""
 
         def measure(cfg):
             self.g.configure(**cfg)
@@ -775,38 +519,11 @@ class Trainer:
             self.history.append(rec)
             return rec["seconds"]
 
-        be = self.g.backend
         width = getattr(self.model, "config", {}).get("hidden", 16)
-        # epochs are dear: fewer samples each (three: the run's first epoch is slow)
         budget = min(self.tune_budget, epochs - self.epoch)
-        protocol = Protocol(
-            min_samples=3, max_samples=5, max_configs=10, final_rounds=1, budget=budget
+        self.tuning = in_training(
+            self.g, measure, width, budget, self.tune_space, self.tune_start, self.log
         )
-        tuned = drive(
-            measure,
-            device=be.device(),
-            work=Workload.of(self.g.plan, width, self.g.dtype.itemsize),
-            mode="p2p" if be.gpu else "get",
-            knobs=replace(self.g.knobs, **self.g.config),  # threads as numba runs them
-            search_space=self.tune_space,
-            windows=self.g.window_choices,
-            start=self.tune_start or "model",
-            protocol=protocol,
-        )
-        res = tuned.result
-        if tuned.window and self.log:
-            times = ", ".join(f"{w} {t * 1e3:.1f} ms" for w, t in tuned.window_latency.items())
-            self.log(f"window {tuned.window} ({times} a step)")
-        self.g.configure(**tuned.best)
-        self.tuning = res.to_json()
-        if tuned.window:
-            self.tuning.update(window=tuned.window, window_latency_s=tuned.window_latency)
-        if self.log:
-            self.log(
-                f"tuned {res.best} in {res.samples} steps over {res.measured} configurations: "
-                f"{res.best_latency * 1e3:.1f} ms (start {res.start_latency * 1e3:.1f} ms, "
-                f"noise {res.noise:.1%}, confidence {res.confidence:.0%})"
-            )
 
     # ---- checkpoints -----------------------------------------------------------------
     def save_checkpoint(self, path) -> Path:
@@ -856,98 +573,8 @@ class Trainer:
             self._captured = self._captured_step()
 
 
-SELECT = ("best-val", "last")
-
-
-def _selection(select, patience, val_count: float, eval_every: int) -> tuple[str, int]:
-    """``select`` (None: best-val where a validation split exists and fit evaluates,
-    else last) and ``patience``, checked."""
-    evaluates = bool(eval_every) and val_count > 0
-    if select is None:
-        select = "best-val" if evaluates else "last"
-    if select not in SELECT:
-        raise InputError(f"--select must be one of {', '.join(SELECT)}, got {select!r}")
-    if isinstance(patience, bool) or not isinstance(patience, int | np.integer) or patience < 0:
-        raise InputError(
-            f"--patience must be an integer >= 0 (0: never stop early), got {patience!r}"
-        )
-    for what, wanted in (
-        ("--select best-val", select == "best-val"),
-        (f"--patience {patience}", patience),
-    ):
-        if wanted and not evaluates:
-            why = (
-                "the validation split is empty on every rank" if eval_every else "--eval-every is 0"
-            )
-            raise InputError(f"{what} needs validation scores, but {why}")
-    return select, int(patience)
-
-
 def _seconds(start, end) -> float:
     """Seconds between two of Trainer._mark's marks (events: both reached by the device)."""
     if isinstance(start, float):
         return end - start
     return start.elapsed_time(end) / 1e3
-
-
-def metric(value) -> str:
-    """A metric for people: 3 decimals, '-' where it is undefined (None)."""
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _row_normalize(x):
-    sums = np.asarray(abs(x).sum(axis=1)).ravel()
-    inv = np.where(sums > 0, 1.0 / np.where(sums > 0, sums, 1.0), 0.0).astype(np.float32)
-    if sp.issparse(x):
-        return sp.csr_matrix(sp.diags(inv) @ x, dtype=np.float32)
-    return x * inv[:, None]
-
-
-OPTIMIZERS = {"adam": optim.Adam, "sgd": optim.SGD}
-
-
-def build_optimizer(name: str, model, lr: float, weight_decay: float):
-    """An mgg.optim optimizer (torch's fused Adam or SGD) over the model's parameter
-    groups (``param_groups`` where the model has them: GCN decays its first layer only)."""
-    if name not in OPTIMIZERS:
-        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
-    if not (np.isfinite(lr) and lr > 0):
-        raise ValueError(f"the learning rate must be a positive number, got {lr}")
-    groups = (
-        model.param_groups(weight_decay)
-        if hasattr(model, "param_groups")
-        else [{"params": list(model.parameters()), "weight_decay": weight_decay}]
-    )
-    return OPTIMIZERS[name](groups, lr=lr)
-
-
-def rocauc(y_true, scores) -> float:
-    """ROC-AUC as OGB's Evaluator defines it: the mean over tasks (columns) that have both
-    a positive and a negative among the rows, ties counted half (average ranks); NaN when
-    no task has both. y_true 0/1 [n, T] (or [n]), scores float [n, T] (any monotone scale)."""
-    y = np.asarray(y_true)
-    s = np.asarray(scores, np.float64)
-    if y.ndim == 1:
-        y, s = y[:, None], s.reshape(-1, 1)
-    pos = (y == 1).sum(axis=0)
-    neg = (y == 0).sum(axis=0)
-    ok = (pos > 0) & (neg > 0)
-    if not ok.any():
-        return float("nan")
-    pos, neg = pos[ok].astype(np.float64), neg[ok].astype(np.float64)
-    rank_sum = np.array([_average_ranks(s[:, j])[y[:, j] == 1].sum() for j in np.flatnonzero(ok)])
-    return float(np.mean((rank_sum - pos * (pos + 1) / 2) / (pos * neg)))
-
-
-def _average_ranks(a: np.ndarray) -> np.ndarray:
-    """float64 [n]: 1-based ranks of a [n], tied values sharing their mean rank (as
-    scipy.stats.rankdata, whose import costs a second)."""
-    order = np.argsort(a, kind="stable")
-    v = a[order]
-    start = np.ones(a.size, bool)
-    start[1:] = v[1:] != v[:-1]
-    first = np.flatnonzero(start)
-    size = np.diff(np.append(first, a.size))
-    ranks = np.empty(a.size)
-    ranks[order] = (first + (size + 1) / 2)[np.cumsum(start) - 1]
-    return ranks

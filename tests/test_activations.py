@@ -8,10 +8,14 @@ import torch
 
 import mgg.torch.models as models
 from mgg.distgraph import DistGraph
+from mgg.footprint import job_estimate
+from mgg.graph.facts import facts
 from mgg.graph.generators import planted_partition
-from mgg.memory import INPUT_CHUNKS, facts, job_estimate
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
 from mgg.torch import MODELS, ChunkedRows, build_model, dropout, linear
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.torch.chunks import INPUT_CHUNKS
+from mgg.train import Trainer
 
 from conftest import random_graph
 
@@ -29,14 +33,15 @@ def _trained(name, monkeypatch, chunk_above, *, hidden=None, recompute=False, dt
             super().__init__(*a, **kw)
             made.append(self)
 
-    monkeypatch.setattr("mgg.memory.CHUNKED_INPUT_ABOVE", chunk_above)
+    monkeypatch.setattr("mgg.torch.chunks.CHUNKED_INPUT_ABOVE", chunk_above)
     monkeypatch.setattr(models, "STREAM_MIN_ROWS", 64)  # 2,000 rows: chunks of 250
     monkeypatch.setattr(models, "ChunkedRows", Spy)
     ds = planted_partition(2000, 4, num_features=48, seed=2)
     dg, data = prepare(ds, None, name, dtype=dtype)
     spec = MODELS[name]
-    net = build_model(name, data.num_features, data.num_classes, hidden=hidden, seed=1)
-    net.recompute = recompute
+    net = build_model(
+        name, data.num_features, data.num_classes, hidden=hidden, seed=1, recompute=recompute
+    )
     t = Trainer(dg, data, net, build_optimizer("adam", net, spec.lr, spec.weight_decay),
                 eval_every=0)  # fmt: skip
     t.fit(3)
@@ -89,7 +94,7 @@ def test_the_estimate_holds_no_dropped_copy_of_chunked_inputs(monkeypatch):
     d = facts(n, 6 * n, features=f, classes=8)
 
     def acts(hidden, recompute=False, above=256 << 20):
-        monkeypatch.setattr("mgg.memory.CHUNKED_INPUT_ABOVE", above)
+        monkeypatch.setattr("mgg.torch.chunks.CHUNKED_INPUT_ABOVE", above)
         est = job_estimate(d, 1, "train", model=MODELS["gcn"], hidden=hidden, device=True,
                            recompute=recompute)  # fmt: skip
         return est["activations"]

@@ -13,21 +13,12 @@ import numpy as np
 import pytest
 
 from mgg.errors import GraphError, InputError, ResourceError
+from mgg.footprint import check_job, estimate
+from mgg.footprint.estimate import BASELINE, CHECK_BASELINE
 from mgg.graph.formats import read_dataset, read_graph
 from mgg.graph.formats.slices import read_edge_slice, read_node_rows
 from mgg.graph.specs import resolve
-from mgg.memory import (
-    BASELINE,
-    CHECK_BASELINE,
-    LIMIT_ENV,
-    available,
-    available_bytes,
-    check_job,
-    estimate,
-    format_bytes,
-    parse_size,
-    require,
-)
+from mgg.memory import LIMIT_ENV, available, available_bytes, format_bytes, parse_size, require
 
 BIG = 10**12
 

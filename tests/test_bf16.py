@@ -10,15 +10,17 @@ import torch
 
 import mgg.torch as mt
 from mgg.errors import DivergedError, InputError
+from mgg.footprint import estimate
 from mgg.graph.core import Graph
 from mgg.graph.dataset import Dataset
 from mgg.graph.specs import resolve
+from mgg.job import build_optimizer
 from mgg.kernels import aggregate, cpu_nn, gather_halo, reference
 from mgg.kernels.bf16 import store_rows
-from mgg.memory import estimate
 from mgg.partition import build_plan
 from mgg.precision import BF16, BF16_MAX, as_rows, bits
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 from conftest import last_json, mpirun, random_graph, shared_dataset
 

@@ -863,7 +863,9 @@ def test_gpu_dropout_draws_the_cpu_masks(rng):
 def test_gpu_training_follows_the_cpu_loss_curve(model):
     import mgg.torch as mt
     from mgg.graph.generators import planted_partition
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
+    from mgg.train import Trainer
 
     ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
     losses = {}
@@ -915,7 +917,9 @@ def test_a_training_step_never_waits_for_the_gpu(model):
 
     import mgg.torch as mt
     from mgg.graph.generators import planted_partition
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
+    from mgg.train import Trainer
 
     assert model in mt.MODELS
     ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
@@ -964,8 +968,10 @@ def test_a_captured_step_trains_as_the_eager_step_does(model):
 
     import mgg.torch as mt
     from mgg.graph.generators import planted_partition
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
     from mgg.torch.graphs import WARMUP
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import Trainer
 
     ds = planted_partition(3000, 4, avg_degree=8, num_features=24, seed=0)
     runs = {}

@@ -778,13 +778,13 @@ def test_bf16_launches_by_destination_rows_on_the_gpu(rng, monkeypatch):
     aggregate_halo in launches of 37 rows on a rank of 3 with a halo, bf16 and float32."""
     import cupy
 
-    import mgg.memory
+    import mgg.designs.cuda
     from mgg.backend import assign
     from mgg.designs.cuda import CudaPipelined
     from mgg.kernels import gather_halo
     from mgg.kernels.cuda import aggregate_halo
 
-    monkeypatch.setattr(mgg.memory, "SUMS_MAX_BYTES", 4 * 64 * 100)
+    monkeypatch.setattr(mgg.designs.cuda, "SUMS_MAX_BYTES", 4 * 64 * 100)
     g = random_graph(rng, 900, 10_000, hub_dst=True, isolated=5).gcn_norm()
     x = rng.standard_normal((900, 64)).astype(np.float32)
     (p,) = build_plan(g, 1, 8)

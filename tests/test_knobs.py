@@ -13,7 +13,7 @@ from mgg.cli import main
 from mgg.distgraph import DistGraph
 from mgg.graph.specs import resolve
 from mgg.knobs import DEFAULTS, SPECS, KnobError, Knobs, space
-from mgg.train import prepare
+from mgg.prepare import prepare
 from mgg.tuner import cpu_device, known_gpu
 
 from conftest import last_json, random_graph

@@ -121,3 +121,54 @@ def test_each_knob_default_is_written_once():
 def _literal(node) -> bool:
     """A literal default other than None (a kw-only argument without one has None)."""
     return isinstance(node, ast.Constant) and node.value is not None
+
+
+def test_each_job_default_is_written_once():
+    """From the job's layer up (where a job is made, planned and run), no parameter named
+    after one of mgg.job.Job's parameters with a value default (model, optimizer,
+    output_rows, design, backend) has a literal one, nor does a ``.get``/``getattr`` or a
+    flag's ``default=``: they read Job's."""
+    from dataclasses import fields
+
+    from mgg.job import Job
+
+    named = {f.name for f in fields(Job) if isinstance(f.default, str)}
+    assert named >= {"model", "optimizer", "output_rows", "design", "backend"}
+    layer = layers()
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "job.py" or layer.get(top(module_name(path)), 0) < layer["job"]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            where = f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = node.args
+                pairs = list(zip(a.args[len(a.args) - len(a.defaults) :], a.defaults, strict=True))
+                pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
+                found += [f"{where} {arg.arg}=" for arg, d in pairs if arg.arg in named and _text(d)]
+            elif isinstance(node, ast.Call):
+                fn = node.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                args = node.args[1:] if name == "getattr" else node.args
+                if name in ("get", "getattr", "setdefault") and len(args) >= 2:
+                    key = args[0]
+                    if isinstance(key, ast.Constant) and key.value in named and _text(args[1]):
+                        found.append(f"{where} {key.value}")
+                if name == "add_argument" and node.args and isinstance(node.args[0], ast.Constant):
+                    dest = str(node.args[0].value).lstrip("-").replace("-", "_")
+                    for kw in node.keywords:
+                        if kw.arg == "default" and dest in named and _text(kw.value):
+                            found.append(f"{where} {node.args[0].value}")
+    assert not found, "job defaults written outside mgg/job.py:\n" + "\n".join(found)
+
+
+def test_the_machine_facts_import_only_errors():
+    """mgg.memory (what a rank has) is asked by every layer: it imports nothing of mgg
+    but mgg.errors."""
+    path = PACKAGE / "memory.py"
+    assert {target for _, target in imports(path)} <= {"mgg.errors"}
+
+
+def _text(node) -> bool:
+    """A non-empty literal string."""
+    return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(node.value)

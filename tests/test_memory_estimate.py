@@ -12,27 +12,17 @@ import json
 import numpy as np
 import pytest
 
-import mgg.memory
+import mgg.designs.cuda
 from mgg.cli import main
+from mgg.designs.cuda import sums_rows
 from mgg.errors import ResourceError
+from mgg.footprint import check_host, checked_estimate, estimate, job_estimate, plan
+from mgg.footprint.estimate import NORM_SAVES_PER_ENTRY
+from mgg.graph.facts import facts
 from mgg.graph.specs import resolve
-from mgg.memory import (
-    LIMIT_ENV,
-    NORM_SAVES_PER_ENTRY,
-    budget_for,
-    check_host,
-    checked_estimate,
-    estimate,
-    facts,
-    format_bytes,
-    job_estimate,
-    peak_rss_mb,
-    plan,
-    reset_peak_rss,
-    sums_rows,
-)
+from mgg.memory import LIMIT_ENV, budget_for, format_bytes, peak_rss_mb, reset_peak_rss
+from mgg.prepare import prepare
 from mgg.torch import MODELS, build_model
-from mgg.train import prepare
 
 from conftest import last_json, mpirun, shared_dataset
 
@@ -223,7 +213,7 @@ def test_the_device_windows_count_what_the_cuda_designs_hold(monkeypatch):
     assert windows(2, "float32") == windows(4, "float32") == 2 * 4 * rows_widths
     assert windows(1, "bfloat16") == 4 * rows_widths
     assert windows(4, "bfloat16") == (2 * 2 + 4) * rows_widths
-    monkeypatch.setattr(mgg.memory, "SUMS_MAX_BYTES", 4 * 32 * 1000)  # 1,000 rows of 32
+    monkeypatch.setattr(mgg.designs.cuda, "SUMS_MAX_BYTES", 4 * 32 * 1000)  # 1,000 rows of 32
     assert sums_rows(32) == 1000 and sums_rows(8) == 4000
     assert windows(1, "bfloat16") == 4 * (1000 * 32 + 4000 * 8)
     assert windows(4, "bfloat16") == 2 * 2 * rows_widths + 4 * (1000 * 32 + 4000 * 8)

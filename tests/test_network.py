@@ -104,7 +104,9 @@ import json
 import mgg.torch as mt
 from mgg.comm import get_comm
 from mgg.graph.specs import resolve
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 comm = get_comm()
 ds = resolve("{spec}")

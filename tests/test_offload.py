@@ -10,14 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-import mgg.memory
+import mgg.torch.chunks
+from mgg.footprint import estimate, job_estimate, plan
 from mgg.graph.generators import planted_partition
 from mgg.graph.specs import resolve
-from mgg.memory import budget_for, estimate, job_estimate, plan
+from mgg.job import build_optimizer
+from mgg.memory import budget_for
+from mgg.prepare import prepare
 from mgg.torch import MODELS, build_model
 from mgg.torch.offload import offloaded
 from mgg.torch.ops import _copy_thread
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import Trainer
 
 from conftest import gpu, mpi_runs, run_mgg
 
@@ -27,12 +30,13 @@ CPU = SimpleNamespace(backend=SimpleNamespace(gpu=False))  # what offloaded read
 def _trained(name, monkeypatch, offload, *, recompute=False, dtype="float32", n=2000, **kw):
     """3 epochs' losses and weights, and what the last forward offloaded; ``kw``: the
     Trainer's output_rows, or prepare's stream_rows."""
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 1024)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 1024)
     ds = planted_partition(n, 4, num_features=48, seed=2)
     dg, data = prepare(ds, None, name, dtype=dtype, stream_rows=kw.pop("stream_rows", None))
     spec = MODELS[name]
-    net = build_model(name, data.num_features, data.num_classes, seed=1)
-    net.offload, net.recompute = offload, recompute
+    net = build_model(
+        name, data.num_features, data.num_classes, seed=1, offload=offload, recompute=recompute
+    )
     t = Trainer(dg, data, net, build_optimizer("adam", net, spec.lr, spec.weight_decay),
                 eval_every=0, **kw)  # fmt: skip
     t.fit(3)
@@ -80,7 +84,7 @@ def test_a_gcn_step_moves_what_its_backward_reads_once(monkeypatch):
 
 
 def test_a_tensor_saved_twice_is_moved_once_and_a_reused_block_is_not_mistaken(monkeypatch):
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 1024)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 1024)
     u = torch.randn(256, 64, requires_grad=True)
     block = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
     first_values = torch.from_numpy(block.copy())
@@ -105,7 +109,7 @@ def test_each_saved_tensor_comes_back_once_the_next_one_fetched_ahead(monkeypatc
     is copied back once, all but the first fetched ahead while the op after it ran."""
     import mgg.torch.offload as off
 
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 1024)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 1024)
     copies, unpacked = [], []
     to_device, unpack = off._Mover.to_device, off._unpack
     monkeypatch.setattr(
@@ -131,7 +135,7 @@ def test_each_saved_tensor_comes_back_once_the_next_one_fetched_ahead(monkeypatc
 
 
 def test_small_and_integer_tensors_and_kept_ones_stay(monkeypatch):
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 4096)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 4096)
     w = torch.randn(64, 64, requires_grad=True)  # 16 KiB: kept, a parameter
     x = torch.randn(64, 64)
     small = torch.randn(8, requires_grad=True)
@@ -216,7 +220,7 @@ TRAIN = ["train", "--dataset", WIDE_SPEC, "--epochs", "3", "--json"]
 def test_train_offloads_when_asked_and_under_a_simulated_device_budget(capsys, monkeypatch):
     from mgg.cli import main
 
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 4096)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 4096)
     assert main(TRAIN) == 0
     held = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert held["offload"] is False and held["offloaded_bytes"] == [None]
@@ -248,7 +252,7 @@ def test_host_memory_running_out_ends_the_job_with_one_line(capsys, monkeypatch)
     def full(*args, **kwargs):
         raise OSError(12, "Cannot allocate memory")
 
-    monkeypatch.setattr(mgg.memory, "OFFLOAD_MIN_BYTES", 4096)
+    monkeypatch.setattr(mgg.torch.chunks, "OFFLOAD_MIN_BYTES", 4096)
     monkeypatch.setattr(mmap, "mmap", full)
     assert main([*TRAIN, "--offload"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
@@ -262,7 +266,7 @@ TWO = "planted:nodes=6000,classes=4,features=64"
 @pytest.mark.mpi
 def test_ranks_offload_their_own_activations_and_train_as_one_process():
     args = [*TRAIN, "--dataset", TWO, "--model", "sage"]
-    setup = "import mgg.memory; mgg.memory.OFFLOAD_MIN_BYTES = 4096"
+    setup = "import mgg.torch.chunks; mgg.torch.chunks.OFFLOAD_MIN_BYTES = 4096"
     runs = mpi_runs(2, args, [[], ["--offload"]], setup)
     assert len(runs) == 2 and runs[0]["np"] == 2
     assert runs[1]["offload"] and all(b > 0 for b in runs[1]["offloaded_bytes"])

@@ -16,7 +16,9 @@ from mgg.graph.formats import is_ogb_dir, read_dataset, read_graph, read_ogb
 from mgg.graph.formats._common import find_asymmetry
 from mgg.graph.formats._csv import read_csv_rows
 from mgg.graph.specs import resolve
-from mgg.train import Trainer, prepare, rocauc
+from mgg.metrics import rocauc
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 
 # ---- building OGB directories -----------------------------------------------------------------

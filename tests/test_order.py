@@ -237,7 +237,9 @@ from mgg.comm import get_comm
 from mgg.graph.specs import resolve
 from mgg.partition import order as node_order
 from mgg.torch import build_model
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 comm = get_comm()
 ds = resolve({str(cora)!r})
@@ -349,8 +351,10 @@ def test_a_checkpoint_resumes_in_another_order_with_a_note(tmp_path):
     """No weight depends on the nodes' numbering: a run in rcm order resumes in natural
     order with the same weights, and says so."""
     from mgg.graph.specs import resolve
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
     from mgg.torch import build_model
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import Trainer
 
     ds = resolve("planted:nodes=400,classes=3")
 
@@ -375,7 +379,7 @@ def test_an_npz_s_node_rows_by_id_are_read_forward_in_blocks(rng, tmp_path, monk
     """What the distributed partitioner reads under an order: the rows of any original
     ids, dense or sparse features, labels and masks, a block at a time (tiny blocks: one
     row or less each)."""
-    from mgg.graph.formats import slices, write_graph
+    from mgg.graph.formats import members, slices, write_graph
 
     n = 500
     g = random_graph(rng, n, 3000)
@@ -387,7 +391,7 @@ def test_an_npz_s_node_rows_by_id_are_read_forward_in_blocks(rng, tmp_path, monk
     for name, feats in (("sparse", x), ("dense", x.toarray())):
         path = tmp_path / f"{name}.npz"
         write_graph(Dataset(name, g, feats, y, *masks), path)
-        monkeypatch.setattr(slices, "TAKE_BYTES", block)
+        monkeypatch.setattr(members, "TAKE_BYTES", block)
         ids = rng.permutation(n)[:137]
         got = slices.read_node_rows(path, 40, 177, ids=ids)
         got_x = got.x.toarray() if sp.issparse(got.x) else got.x

@@ -7,12 +7,16 @@ import dataclasses
 import numpy as np
 import pytest
 
+from mgg.footprint import estimate, plan
+from mgg.graph.facts import facts
 from mgg.graph.generators import planted_partition
+from mgg.job import build_optimizer
 from mgg.kernels import aggregate
-from mgg.memory import budget_for, estimate, facts, plan
+from mgg.memory import budget_for
 from mgg.partition import build_plan
+from mgg.prepare import prepare
 from mgg.torch import MODELS, build_model
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import Trainer
 
 from conftest import gpu, mpi_runs, mpirun, random_graph
 

@@ -19,7 +19,7 @@ from mgg.graph.specs import papers_spec, resolve
 from mgg.memory import LIMIT_ENV
 from mgg.partition.plan import build_plan
 from mgg.precision import BF16
-from mgg.train import prepare
+from mgg.prepare import prepare
 
 from conftest import last_json, mpirun
 

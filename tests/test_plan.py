@@ -6,9 +6,10 @@ import json
 import pytest
 
 from mgg.cli import main
+from mgg.footprint import plan as memory_plan
+from mgg.graph.facts import job_facts
 from mgg.graph.specs import resolve
-from mgg.memory import LIMIT_ENV, job_facts
-from mgg.memory import plan as memory_plan
+from mgg.memory import LIMIT_ENV
 from mgg.torch import MODELS
 
 from conftest import last_json
@@ -116,7 +117,8 @@ def test_a_rank_that_returns_freed_memory_is_planned_for_it_and_wider_is_never_s
     """Past RETURN_ABOVE bytes of activations a rank gives freed blocks back
     (mgg.process.fit_allocator) and holds a calibrated share of them; the plan grows with
     the hidden width on both sides of that line."""
-    from mgg.memory import RETURN_ABOVE, estimate
+    from mgg.footprint import estimate
+    from mgg.footprint.estimate import RETURN_ABOVE
 
     totals, returns = [], []
     for hidden in range(16, 2049, 16):

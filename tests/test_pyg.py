@@ -524,7 +524,7 @@ def test_sparse_features_behave_as_a_tensor():
 
 
 def test_prepare_without_comm_in_a_multi_rank_job_is_refused(monkeypatch):
-    from mgg.train import prepare
+    from mgg.prepare import prepare
 
     monkeypatch.setenv("PMI_SIZE", "2")
     with pytest.raises(InputError, match="one of 2 ranks but no comm was given"):

@@ -6,8 +6,10 @@ import torch
 
 import mgg.torch as mt
 from mgg.graph.specs import resolve
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
 from mgg.torch import MODELS, build_model
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import Trainer
 
 from conftest import mpi_runs
 
@@ -15,13 +17,14 @@ from conftest import mpi_runs
 def _train(ds, name: str, recompute: bool, layers: int = 2, running: bool = False):
     dg, data = prepare(ds, None, name)
     spec = MODELS[name]
-    net = build_model(name, data.num_features, data.num_classes, layers=layers, seed=1)
+    net = build_model(
+        name, data.num_features, data.num_classes, layers=layers, seed=1, recompute=recompute
+    )
     if running:  # GIN's norms keeping running statistics, which the second run restores
         for conv in net.convs:
             norms = conv.nn.norms
             for i, norm in enumerate(norms):
                 norms[i] = mt.BatchNorm(norm.num_features)
-    net.recompute = recompute
     opt = build_optimizer("adam", net, spec.lr, spec.weight_decay)
     t = Trainer(dg, data, net, opt, eval_every=0)
     t.fit(3)

@@ -16,7 +16,9 @@ import mgg.torch as mt
 from mgg import infer
 from mgg.errors import CheckpointError, InputError, ModelError
 from mgg.graph.specs import resolve
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 from conftest import kill_when_stalled, last_json, mpirun, run_mgg, shared_dataset
 

@@ -60,7 +60,7 @@ def test_each_rank_reads_back_its_plan_and_rows(rng, tmp_path, sparse_x):
 
 
 def test_prepare_from_shards_equals_prepare_from_the_dataset(rng, tmp_path):
-    from mgg.train import prepare
+    from mgg.prepare import prepare
 
     ds = _dataset(rng)
     _write(ds, tmp_path / "d", p=1, kind="no_self_loops")
@@ -405,8 +405,10 @@ def test_a_multilabel_ogb_directory_trains_the_same_from_shards(tmp_path, capsys
 
     from mgg.cli import main
     from mgg.graph.formats import read_ogb
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
     from mgg.torch import build_model
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import Trainer
 
     rng = np.random.default_rng(7)
     n = 60

@@ -11,10 +11,14 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from mgg.distgraph import DistGraph
+from mgg.footprint import estimate, job_estimate, plan
+from mgg.graph.facts import facts
 from mgg.graph.generators import planted_partition
-from mgg.memory import budget_for, estimate, facts, job_estimate, plan
+from mgg.job import build_optimizer
+from mgg.memory import budget_for
+from mgg.prepare import prepare
 from mgg.torch import MODELS, HostRows, build_model, dropout, linear
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.train import Trainer
 
 from conftest import gpu, mpi_runs, random_graph
 

@@ -276,7 +276,9 @@ def test_every_function_over_mgg_kernels_runs_cupy_on_torchs_stream():
 def test_a_cuda_graph_step_is_refused_where_it_cannot_replay(rng):
     from mgg.errors import InputError
     from mgg.graph.generators import planted_partition
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
+    from mgg.train import Trainer
 
     dg, data = prepare(planted_partition(200, 3, avg_degree=5, num_features=6, seed=0))
     m = mt.build_model("gcn", data.num_features, data.num_classes)

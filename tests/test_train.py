@@ -16,8 +16,10 @@ from mgg.graph.core import job_graph
 from mgg.graph.formats import read_npz
 from mgg.graph.generators import planted_partition
 from mgg.graph.specs import resolve
+from mgg.job import build_optimizer
 from mgg.partition import build_plan
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 from conftest import last_json, mpirun, shared_dataset
 
@@ -45,7 +47,9 @@ import json
 import mgg.torch as mt
 from mgg.comm import get_comm
 from mgg.graph.specs import resolve
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 
 comm = get_comm()
 ds = resolve("%s")
@@ -196,7 +200,9 @@ import torch.nn.functional as F
 import mgg.torch as mt
 from mgg.comm import get_comm
 from mgg.graph.specs import resolve
-from mgg.train import Trainer, build_optimizer, prepare
+from mgg.job import build_optimizer
+from mgg.prepare import prepare
+from mgg.train import Trainer
 comm = get_comm()
 dg, data = prepare(resolve("{PLANTED}"), comm, "gcn")
 model = mt.build_model("gcn", data.num_features, data.num_classes)

@@ -362,8 +362,10 @@ def test_model_guess_is_a_reasonable_start_on_a_synthetic_device():
 
 def test_trainer_tunes_with_real_training_steps():
     from mgg.graph.generators import planted_partition
+    from mgg.job import build_optimizer
+    from mgg.prepare import prepare
     from mgg.torch import build_model
-    from mgg.train import Trainer, build_optimizer, prepare
+    from mgg.train import Trainer
 
     ds = planted_partition(3000, 4, avg_degree=8, num_features=16, seed=0)
     dg, data = prepare(ds, None, "gcn")

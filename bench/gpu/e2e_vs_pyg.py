@@ -43,7 +43,7 @@ from common_gpu import PAPER_GRAPHS, Results, cuda_compare, grouped_bars, raw_lo
 from pyg_models import PATHS, pyg_graph, pyg_model, pyg_optimizer
 
 import mgg.torch as mt
-from mgg.train import prepare
+from mgg.prepare import prepare
 
 from common import compare, csv_list, default_trainer, machine  # bench/: on the path
 

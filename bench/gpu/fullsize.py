@@ -12,7 +12,7 @@ runs), so a scale-1 stand-in is generated P times, not once per run. Each run's 
 written as it ends (a job killed at its limit keeps what it measured): `graph`, `scale`,
 `model`, `dtype`, `pes`, `epoch_s` (the median epoch), `peak_device_bytes` (the largest
 PE's: torch's peak reserved, CuPy's pool, the NVSHMEM heap), `planned_device_bytes` (the
-plan of the largest PE, mgg.memory.plan), their ratio, and `oom` where a run ran out of
+plan of the largest PE, mgg.footprint.plan), their ratio, and `oom` where a run ran out of
 memory. PyG's step at these sizes: the e2e stage (`stage.py e2e --args "e2e=--scale 1"`).
 `--backend cpu` runs the same jobs on CPU ranks (a smoke run; the device numbers are then
 the plan's alone).
@@ -88,10 +88,10 @@ def worker(args) -> int:
     import torch
 
     from mgg.backend import get_backend
+    from mgg.footprint import plan
     from mgg.graph.specs import resolve
-    from mgg.memory import plan
+    from mgg.prepare import prepare
     from mgg.torch import MODELS
-    from mgg.train import prepare
 
     from common import default_trainer
 
@@ -150,7 +150,7 @@ def write(args, rows: list[dict], out: Path) -> None:
     notes = (
         f"`{args.graph}:scale={args.scale:g}`, {args.epochs} epochs a run, {args.backend}. "
         "peak_device_bytes: the largest PE's (torch's peak reserved + CuPy's pool + the "
-        "NVSHMEM heap; the CUDA context not counted); planned_device_bytes: mgg.memory.plan's "
+        "NVSHMEM heap; the CUDA context not counted); planned_device_bytes: mgg.footprint.plan's "
         "device total of the largest PE (its baseline counts the context)."
     )
     name = "fullsize" if args.backend == "cuda" else "fullsize_cpu"

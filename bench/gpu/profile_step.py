@@ -14,7 +14,7 @@ import sys
 
 from common_gpu import GPU_RESULTS, standin_graph
 
-from mgg.train import prepare
+from mgg.prepare import prepare
 
 from common import default_trainer
 

@@ -8,6 +8,7 @@ from .common import (
     format_table,
     graph_args,
     integer,
+    job_args,
     knob_args,
     knobs_of,
     open_dataset,
@@ -27,7 +28,7 @@ def add(sub):
     s.add_argument("--dim", type=integer(1), default=16, help="feature width D")
     s.add_argument("--op", default="sum", help="sum|mean|gcn|gin, or 'all'")
     s.add_argument("--designs", default="all", help="comma-separated design names, or 'all'")
-    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    job_args(s, "check")
     knob_args(s, KNOBS, extra={"window": EVERY_WINDOW})
     order_file_arg(s)
     renamed(s, "--mode", "remote")
@@ -39,9 +40,10 @@ def add(sub):
 
 def main(args) -> int:
     from ..backend import get_backend
+    from ..footprint import check_host, checked_estimate
     from ..harness.check import check
     from ..kernels import OPS
-    from ..memory import check_host, checked_estimate, peak_rss_mb
+    from ..memory import peak_rss_mb
 
     backend = get_backend(args.backend)
     every = args.window == "all"
@@ -57,8 +59,9 @@ def main(args) -> int:
     ops = list(OPS) if args.op == "all" else args.op.split(",")
     order = "file" if args.order_file else knobs.order
     job = dict(dim=args.dim, dtype=knobs.dtype, order=order, designs=len(known), ops=tuple(ops))
+    job["backend"] = backend.name
     if backend.gpu:  # the host holds the data, the plan and the oracle; the GPU the designs
-        device = device_plan(args, ds, comm.size, "check", job, backend.name)
+        device = device_plan(args, ds, comm.size, "check", job)
         planned = check_host(device, args.graph, f"mgg check on {comm.size} rank(s)")
     else:
         planned = checked_estimate(ds, comm.size, "check", source=args.graph, **job)

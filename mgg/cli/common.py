@@ -72,14 +72,16 @@ def size(text: str) -> str:
 DEVICE_DEFAULT = "80G"  # an H100's memory, when no GPU is visible and none is given
 
 
-def device_plan(args, ds, ranks: int, command: str, job: dict, backend: str) -> dict:
+def device_plan(args, ds, ranks: int, command: str, job: dict) -> dict:
     """The memory plan of the job's devices (``--device-memory``, else the GPU's): what each
     rank's device holds, and for training how many rows of streamed features a chunk
-    holds where the features do not fit. Refused when even that does not fit with
+    holds where the features do not fit (``job``: the estimate's keywords, its backend
+    among them: mgg.footprint.job_kw for training). Refused when even that does not fit with
     --device-memory given; without it (the GPU's own memory, an estimate not yet
     calibrated on a GPU: docs/data.md) a warning."""
     from ..errors import ResourceError
-    from ..memory import format_bytes, plan, usable_words
+    from ..footprint import plan
+    from ..memory import format_bytes, usable_words
     from ..partition.shards import ShardedDataset
     from ..process import local_size
 
@@ -87,7 +89,7 @@ def device_plan(args, ds, ranks: int, command: str, job: dict, backend: str) -> 
     budget, how = device_budget(given, DEVICE_DEFAULT, local_size())
     bounds = ds.manifest["bounds"] if isinstance(ds, ShardedDataset) else None
     out = plan(ds, ranks, command, budget={"host": 2**62, "device": budget}, device=True,
-               bounds=bounds, backend=backend, **job)  # fmt: skip
+               bounds=bounds, **job)  # fmt: skip
     out["budget_how"] = how
     if out["fits"]:
         return out
@@ -122,6 +124,30 @@ def device_budget(text: str | None, default: str, ranks: int = 1) -> tuple[int, 
     if share == 1:
         return total, f"the GPU's {format_bytes(total)}"
     return total // share, f"the GPU's {format_bytes(total)} / {share} PEs sharing it"
+
+
+def job_args(s, command: str) -> None:
+    """A flag per job parameter ``command`` takes (mgg.job.Job: help, values, default)."""
+    from ..job import params
+
+    types = {"int": integer(1), "fraction": fraction, "positive": number(0)}
+    types["nonnegative"] = number(0, open_low=False)
+    for name, default, p in params(command):
+        option = "--" + name.replace("_", "-")
+        if p.kind == "flag":
+            s.add_argument(option, action="store_true", help=p.help)
+        elif p.kind == "choice":
+            s.add_argument(option, choices=p.choices, default=default, help=p.help)
+        else:
+            s.add_argument(option, type=types.get(p.kind), default=default, help=p.help)
+
+
+def job_of(args, knobs: Knobs, command: str):
+    """The mgg.job.Job of ``command``'s job flags and ``knobs`` (knobs_of)."""
+    from ..job import Job, params
+
+    given = {name: getattr(args, name) for name, _, _ in params(command)}
+    return Job.parse(given, knobs=knobs)
 
 
 def knob_args(s, names, extra: dict | None = None) -> None:

@@ -68,9 +68,9 @@ def orders(text: str) -> list[str]:
 
 
 def main(args) -> int:
+    from ..footprint import check_job
     from ..graph.core import job_graph
     from ..graph.specs import dataset_source
-    from ..memory import check_job
     from ..partition import build_plan, plan_stats
     from ..partition import order as node_order
     from ..partition.shards import ShardedDataset, check_target, order_info, write_sharded
@@ -146,7 +146,7 @@ def main(args) -> int:
 
 
 def _heavy(name: str) -> int:
-    from ..memory import ORDER_STRUCTURE_PER_EDGE
+    from ..footprint.estimate import ORDER_STRUCTURE_PER_EDGE
 
     return ORDER_STRUCTURE_PER_EDGE.get(name, 0) + (name != "natural")
 

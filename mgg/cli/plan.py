@@ -15,6 +15,8 @@ from .common import (
     format_table,
     graph_args,
     integer,
+    job_args,
+    job_of,
     knob_type,
     open_dataset,
     quiet,
@@ -31,17 +33,7 @@ def add(sub):
     s.add_argument(
         "--command", dest="job", choices=COMMANDS, default="train", help="the job to plan"
     )
-    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--model", default="gcn", help="gcn, sage, gin, gat (train)")
-    s.add_argument("--hidden", type=integer(1), default=None, help="default: the model's")
-    s.add_argument("--layers", type=integer(1), default=None, help="default: the model's")
-    s.add_argument("--heads", type=integer(1), default=None, help="attention heads (gat)")
-    s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    s.add_argument("--recompute", action="store_true", help="mgg train --recompute")
-    s.add_argument("--offload", action="store_true", help="mgg train --offload")
-    s.add_argument(
-        "--output-rows", choices=["all", "labeled"], default="all", help="mgg train --output-rows"
-    )
+    job_args(s, "plan")
     s.add_argument("--dim", type=integer(1), default=16, help="check's width D")
     s.add_argument("--dtype", type=knob_type("dtype"), default=None, help=flag_help("dtype"))
     s.add_argument("--order", type=knob_type("order"), default=None, help=flag_help("order"))
@@ -65,13 +57,14 @@ def add(sub):
 
 
 def main(args) -> int:
+    from ..footprint import job_kw, plan
+    from ..graph.facts import job_facts
     from ..graph.specs import spec_facts
-    from ..memory import job_facts, plan
+    from ..knobs import Knobs, flag
     from ..partition.shards import ShardedDataset
-    from ..torch import MODELS
 
-    if args.model not in MODELS:
-        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
+    given = {k: getattr(args, k) for k in ("dtype", "order")}
+    job = job_of(args, Knobs.parse(given, label=flag), "plan")
     facts = spec_facts(args.graph, args.scale, args.seed)
     bounds = None
     if facts is None:
@@ -86,12 +79,10 @@ def main(args) -> int:
     if args.sharded:
         facts = {**job_facts(facts), "sharded": True}
     budget, how = _budget(args)
-    kw = {"hidden": args.hidden, "layers": args.layers, "heads": args.heads}
-    kw.update(optimizer=args.optimizer, dim=args.dim, dtype=args.dtype, order=args.order)
-    kw.update(recompute=args.recompute, output_rows=args.output_rows, offload=args.offload)
-    if args.job != "train":
-        kw = {k: kw[k] for k in ("dim", "dtype", "order")}
-    kw["backend"] = args.backend
+    if args.job == "train":
+        kw = job_kw(job)
+    else:
+        kw = dict(dim=args.dim, dtype=job.dtype, order=job.knobs.order, backend=job.backend)
     out = plan(
         facts,
         args.np,
@@ -99,7 +90,6 @@ def main(args) -> int:
         budget=budget,
         device=args.backend == "cuda",
         bounds=bounds,
-        model=MODELS[args.model] if args.job == "train" else None,
         **kw,
     )
     out.update(graph=name, backend=args.backend, budget_how=how)

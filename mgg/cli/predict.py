@@ -13,6 +13,7 @@ from .common import (
     SHARDED,
     config,
     emit,
+    job_args,
     knob_args,
     knobs_of,
     open_dataset,
@@ -41,8 +42,7 @@ def inference_args(s, what: str) -> None:
         "--out", required=True, help=f"a new folder: {WHAT[what]} by node id, manifest.json"
     )
     scale_arg(s)
-    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
+    job_args(s, what)
     knob_args(s, KNOBS)
     order_file_arg(s)
     s.add_argument("--config", type=config, default=None, help=CONFIG)
@@ -59,11 +59,13 @@ def main(args) -> int:
     from ..infer import check_target, embeddings, predictions, write_output
     from ..knobs import Knobs
     from ..memory import peak_rss_mb
+    from ..metrics import metric
     from ..partition.shards import ShardedDataset
+    from ..prepare import prepare
     from ..progress import progress
     from ..torch import load_model
     from ..torch.saved import INFO
-    from ..train import Trainer, metric, prepare
+    from ..train import Trainer
 
     embed = args.command == "embed"
     backend = get_backend(args.backend)

@@ -16,11 +16,11 @@ from .common import (
     device_memory_arg,
     device_plan,
     emit,
-    fraction,
     integer,
+    job_args,
+    job_of,
     knob_args,
     knobs_of,
-    number,
     open_dataset,
     order_file_arg,
     quiet,
@@ -29,30 +29,13 @@ from .common import (
 )
 
 KNOBS = ("ps", "dist", "wpb", "threads", "window", "split", "remote", "dtype", "order")
-MODEL = (
-    "gcn, sage, gin or gat, each with the paper's defaults, or any model registered in "
-    "mgg.torch.MODELS"
-)
 
 
-OUTPUT_ROWS = (
-    "all: the output layer computes every row; labeled: only the rows of a split (train, "
-    "validation, test), over their in-edges: what the loss and the metrics read (gcn, sage)"
-)
 DEVICE_MEMORY = (
     "a rank's device memory to plan against (default on cuda: the GPU's): dense input "
     "features that do not fit beside the rest stay in host memory and stream through the "
     "device in chunks (refused, naming what would fit, when even that does not fit); on "
     "cpu, a simulated device of this size"
-)
-RECOMPUTE = (
-    "keep only each layer's input for the backward pass and compute the layer again there "
-    "(less memory, one more forward per step)"
-)
-OFFLOAD = (
-    "keep what the backward pass needs in host memory until it runs, copied beside the work "
-    "(the device then holds one layer's working tensors; the default where the device plan "
-    "needs it after streaming the features; not with --cuda-graph)"
 )
 
 
@@ -66,33 +49,10 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
     """The flags of `mgg train` (and of `mgg demo`, with its defaults)."""
     s.add_argument("--dataset", required=dataset is None, default=dataset, help=GRAPH + SHARDED)
     scale_arg(s)
-    s.add_argument("--model", default="gcn", help=MODEL)
     s.add_argument("--epochs", type=integer(0), default=epochs, help="0: only evaluate")
     s.add_argument("--seed", type=integer(0), default=0)
-    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
-    s.add_argument("--hidden", type=integer(1), default=None, help="default: the model's")
-    s.add_argument("--layers", type=integer(1), default=None, help="default: the model's")
-    s.add_argument(
-        "--heads", type=integer(1), default=None, help="attention heads (gat; default 8)"
-    )
-    s.add_argument(
-        "--input-dropout", type=fraction, default=None, help="on the features (gin; default 0.9)"
-    )
-    s.add_argument("--dropout", type=fraction, default=None, help="default: the model's")
-    s.add_argument("--lr", type=number(0), default=None, help="default: the model's")
-    s.add_argument(
-        "--weight-decay",
-        type=number(0, open_low=False),
-        default=None,
-        help="L2, default the model's (5e-4)",
-    )
-    s.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
-    s.add_argument("--row-normalize", action="store_true", help="feature rows sum to 1")
-    s.add_argument("--recompute", action="store_true", help=RECOMPUTE)
-    s.add_argument("--offload", action="store_true", help=OFFLOAD)
-    s.add_argument("--output-rows", choices=["all", "labeled"], default="all", help=OUTPUT_ROWS)
+    job_args(s, "train")
     device_memory_arg(s, DEVICE_MEMORY)
-    s.add_argument("--design", default="pipelined", help="pipelined|bulk_halo|direct (cpu)")
     knob_args(s, KNOBS)
     order_file_arg(s)
     s.add_argument("--config", type=config, default=None, help=CONFIG)
@@ -151,20 +111,16 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
 def main(args) -> int:
     from ..arrays import is_sparse
     from ..backend import get_backend
+    from ..footprint import check_host, checked_estimate, job_kw
+    from ..footprint import planned as planned_job
     from ..graph.specs import dataset_source
-    from ..memory import (
-        available,
-        check_host,
-        checked_estimate,
-        format_bytes,
-        pss_mb,
-        usable_words,
-    )
+    from ..memory import available, format_bytes, pss_mb, usable_words
+    from ..metrics import metric
     from ..partition.shards import ShardedDataset
+    from ..prepare import prepare
     from ..process import fit_allocator
-    from ..torch import MODELS, build_model
     from ..torch.saved import check_target
-    from ..train import Trainer, build_optimizer, metric, prepare
+    from ..train import Trainer
 
     backend = get_backend(args.backend)
     design = backend.design(args.design).name  # an unknown design: refused before MPI
@@ -173,81 +129,37 @@ def main(args) -> int:
     lead = comm.rank == 0
     if args.save:
         check_target(args.save)  # before the run, not after it
-    if args.model not in MODELS:
-        raise ValueError(f"unknown model {args.model!r}; choose one of {', '.join(MODELS)}")
-    spec = MODELS[args.model]
-    if args.output_rows == "labeled" and not getattr(spec.cls, "picks_rows", False):
-        raise ValueError(
-            f"--output-rows labeled: the last layer of --model {args.model} computes every "
-            "row; gcn and sage compute the labeled rows alone"
-        )
-    extra = {}
-    for option, model in (("heads", "gat"), ("input_dropout", "gin")):
-        if getattr(args, option) is not None:
-            if args.model != model:
-                raise ValueError(f"--{option.replace('_', '-')} is an option of --model {model}")
-            extra[option] = getattr(args, option)
+    job = job_of(args, knobs, "train")
     t0 = time.perf_counter()
     ds = open_dataset(args.dataset, args.scale, args.seed)
-    job = dict(model=spec, hidden=args.hidden, layers=args.layers, heads=args.heads,
-               optimizer=args.optimizer, dtype=knobs.dtype, recompute=args.recompute,
-               offload=args.offload,
-               output_rows=args.output_rows,
-               order="file" if args.order_file else knobs.order)  # fmt: skip
+    kw = job_kw(job, order="file" if args.order_file else None)
     if isinstance(ds, ShardedDataset):  # the largest rank's rows of its split
         bounds = ds.manifest["bounds"]
-        job["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
+        kw["rows"] = max(b - a for a, b in zip(bounds, bounds[1:], strict=False))
     device = None
     if backend.gpu:  # the host holds the data, the plan and what is offloaded; the GPU the run
-        device = device_plan(args, ds, comm.size, "train", job, backend.name)
+        device = device_plan(args, ds, comm.size, "train", kw)
         planned = check_host(device, args.dataset, f"mgg train on {comm.size} rank(s)")
     else:
-        planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **job)
+        planned = checked_estimate(ds, comm.size, "train", source=args.dataset, **kw)
         if args.device_memory is not None:
-            device = device_plan(args, ds, comm.size, "train", job, backend.name)
+            device = device_plan(args, ds, comm.size, "train", kw)
     fit_allocator(planned.returns_freed)
-    mine = device["per_rank"][comm.rank]["device"] if device else {}
+    job = planned_job(job, device, comm.rank)
     num_nodes, num_edges = sizes(ds)
-    dg, data = prepare(
-        ds,
-        comm,
-        args.model,
-        knobs=knobs,
-        seed=args.seed,
-        row_normalize=args.row_normalize,
-        design=design,
-        backend=backend,
-        source=None
-        if isinstance(ds, ShardedDataset)
-        else dataset_source(args.dataset, args.scale, args.seed),
-        order_file=args.order_file,
-        stream_rows=mine.get("stream_rows"),
-    )
+    source = None
+    if not isinstance(ds, ShardedDataset):
+        source = dataset_source(args.dataset, args.scale, args.seed)
+    dg, data = prepare(ds, comm, job, seed=args.seed, source=source, order_file=args.order_file)
     setup_s = time.perf_counter() - t0
-    model = build_model(
-        args.model,
-        data.num_features,
-        data.num_classes,
-        hidden=args.hidden,
-        layers=args.layers,
-        dropout=args.dropout,
-        seed=args.seed,
-        **extra,
-    ).to(data.y.device)
-    model.recompute = args.recompute
-    model.offload = bool(args.offload or mine.get("offload"))
-    opt = build_optimizer(
-        args.optimizer,
-        model,
-        spec.lr if args.lr is None else args.lr,
-        spec.weight_decay if args.weight_decay is None else args.weight_decay,
-    )
+    model = job.build_model(data.num_features, data.num_classes, args.seed).to(data.y.device)
+    opt = job.build_optimizer(model)
     say = print if lead and not quiet(args) else None
     if say:
         say(
             f"{ds.name}: {num_nodes:,} nodes, {num_edges:,} edges, "
             f"{data.num_features} features{' (sparse)' if is_sparse(data.x) else ''}, "
-            f"{data.num_classes} classes; {args.model.upper()} on {comm.size} rank(s); "
+            f"{data.num_classes} classes; {job.model.upper()} on {comm.size} rank(s); "
             f"setup {setup_s:.1f} s{'; ' + data.notes if data.notes else ''}"
         )
         big = sorted((v, k) for k, v in planned.items() if k not in ("total", "baseline"))[-3:]
@@ -279,7 +191,7 @@ def main(args) -> int:
         log_dir=args.log_dir,
         log=say,
         cuda_graph=args.cuda_graph,
-        output_rows=args.output_rows,
+        output_rows=job.output_rows,
     )
     if args.resume:
         with warnings.catch_warnings(record=True) as caught:
@@ -298,12 +210,12 @@ def main(args) -> int:
         trainer.save_model(args.save)
     dg.free()
     result = {
-        "model": args.model,
+        "model": job.model,
         "dataset": ds.name,
         "np": comm.size,
         "epochs": args.epochs,
         "dtype": dg.knobs.dtype,
-        "output_rows": args.output_rows,
+        "output_rows": job.output_rows,
         "order": data.order,
         "order_seconds": data.order_seconds,
         "num_nodes": num_nodes,
@@ -318,7 +230,7 @@ def main(args) -> int:
         "planned_bytes": int(planned["total"]),
         "planned_device_bytes": _most(device, "total_bytes"),
         "stream_rows": _most(device, "stream_rows"),
-        "offload": model.offload,
+        "offload": job.offload,
         "offloaded_bytes": comm.allgather(model.offloaded.bytes if model.offloaded else None),
         "pss_mb": comm.allgather(pss_mb()),
         "peak_device_bytes": comm.allgather(backend.peak_device_bytes(comm)),

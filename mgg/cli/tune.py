@@ -8,6 +8,7 @@ from .common import (
     format_table,
     graph_args,
     integer,
+    job_args,
     knob_args,
     knobs_of,
     number,
@@ -26,7 +27,7 @@ def add(sub):
     graph_args(s)
     s.add_argument("--dim", type=integer(1), default=16, help="feature width D")
     s.add_argument("--op", default="gcn", help="sum|mean|gcn|gin")
-    s.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
+    job_args(s, "tune")
     knob_args(s, KNOBS)
     order_file_arg(s)
     renamed(s, "--mode", "remote")

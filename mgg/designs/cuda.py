@@ -2,7 +2,7 @@
 interleave LNPs and RNPs (``dist`` partitions of each kind per warp, ``wpb`` warps per
 block), remote rows read by peer-pointer loads ('p2p') or NVSHMEM device gets ('get').
 Rows are float32 or bfloat16 (uint16 bits on the device, summed in float32, rounded once:
-a launch per range of destination rows, whose sums stay within memory.SUMS_MAX_BYTES)."""
+a launch per range of destination rows, whose sums stay within SUMS_MAX_BYTES)."""
 
 from __future__ import annotations
 
@@ -17,9 +17,18 @@ from ..kernels.cuda import (
     shared_sums,
 )
 from ..knobs import DEFAULTS, check_value
-from ..memory import sums_rows
 from ..precision import is_bf16
 from .base import Design
+
+# bfloat16 rows: the float32 sums one launch of the CUDA kernel rounds (mgg.kernels.cuda.
+# DevicePlan: a launch per range of destination rows) take at most this many bytes
+SUMS_MAX_BYTES = 1 << 30
+
+
+def sums_rows(dim: int) -> int:
+    """The destination rows one bf16 launch of width ``dim`` sums: its float32 sums within
+    SUMS_MAX_BYTES."""
+    return max(1, SUMS_MAX_BYTES // (4 * max(int(dim), 1)))
 
 
 class CudaPipelined(Design):

@@ -13,6 +13,10 @@ import scipy.sparse as sp
 from ..memory import require
 from .core import Graph, GraphError
 
+# what a job (mgg.prepare) gives a graph without features, and the footprint model counts:
+FEATURELESS_IDENTITY_MAX = 200_000  # one-hot node ids up to this many nodes, else
+FEATURELESS_WIDTH = 64  # this many seeded random features
+
 __all__ = [
     "MASKS",
     "Dataset",

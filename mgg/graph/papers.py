@@ -28,11 +28,12 @@ import numpy as np
 
 from ..errors import InputError
 from ..hashing import key64
-from ..memory import csr_bytes, facts, require
+from ..memory import csr_bytes, require
 from ..precision import BF16, row_dtype
 from .core import Graph, index_dtype
 from .csr import _build_csr, dynamic, merge_rows
 from .dataset import Dataset, NodeRows
+from .facts import facts
 from .generators import CENTROID_NORM, _threshold
 from .sampling import (
     _blocks,

@@ -6,8 +6,8 @@ import math
 import os
 
 from ..errors import InputError
-from ..memory import facts
 from .dataset import Dataset
+from .facts import facts
 from .formats import is_ogb_dir, read_dataset
 from .formats._common import BEG_SUFFIX
 from .formats.ogb import MARKERS as OGB_MARKERS

@@ -180,3 +180,39 @@ def write_report(result: dict, out) -> tuple[Path, Path, Path]:
         f"{result['graph']}, P={result['np']}, D={result['dim']}",
     )
     return trace, knobs, Path(png)
+
+
+def in_training(g, measure, width: int, budget: int, space: dict, start, log) -> dict:
+    """The tuner's driver (mgg.tuner.drive) inside a training run: each sample
+    ``measure(config)`` (a real training step's seconds, the slowest rank's) on ``g``
+    (DistGraph) at layer ``width``, within ``budget`` steps, from the model's guess unless
+    ``start`` is given; ``g`` is left at the best knobs. Returns the result's JSON."""
+    be = g.backend
+    # epochs are dear: fewer samples each (three: the run's first epoch is slow)
+    protocol = Protocol(min_samples=3, max_samples=5, max_configs=10, final_rounds=1, budget=budget)
+    tuned = drive(
+        measure,
+        device=be.device(),
+        work=Workload.of(g.plan, width, g.dtype.itemsize),
+        mode="p2p" if be.gpu else "get",
+        knobs=replace(g.knobs, **g.config),  # threads as numba runs them
+        search_space=space,
+        windows=g.window_choices,
+        start=start or "model",
+        protocol=protocol,
+    )
+    res = tuned.result
+    if tuned.window and log:
+        times = ", ".join(f"{w} {t * 1e3:.1f} ms" for w, t in tuned.window_latency.items())
+        log(f"window {tuned.window} ({times} a step)")
+    g.configure(**tuned.best)
+    tuning = res.to_json()
+    if tuned.window:
+        tuning.update(window=tuned.window, window_latency_s=tuned.window_latency)
+    if log:
+        log(
+            f"tuned {res.best} in {res.samples} steps over {res.measured} configurations: "
+            f"{res.best_latency * 1e3:.1f} ms (start {res.start_latency * 1e3:.1f} ms, "
+            f"noise {res.noise:.1%}, confidence {res.confidence:.0%})"
+        )
+    return tuning

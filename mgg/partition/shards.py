@@ -40,8 +40,8 @@ import scipy.sparse as sp
 from ..atomic import Lock, LockedError, hold, sweep, temp_path
 from ..graph.core import GRAPH_KINDS, GraphError
 from ..graph.dataset import MASKS, NodeRows
+from ..graph.facts import split_rows
 from ..knobs import DEFAULTS
-from ..memory import split_rows
 from ..precision import BF16, bits
 from ..progress import progress
 from .plan import PartitionPlan, plan_from_arrays

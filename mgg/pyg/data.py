@@ -9,8 +9,8 @@ from .. import process
 from ..graph.dataset import Dataset
 from ..graph.specs import resolve
 from ..partition.shards import ShardedDataset, is_sharded
+from ..prepare import prepare
 from ..torch import Rows, SparseRows
-from ..train import prepare
 from .transforms import BaseTransform
 
 
@@ -61,7 +61,7 @@ def load(
     ranks). ``transform`` (mgg.pyg.transforms) or ``kind`` (the graph's: 'as_is',
     'gcn_norm', 'self_loops', 'no_self_loops') and ``row_normalize`` shape what is
     prepared; knob keywords (``ps=``, ``split=``, ``order=``, ``dtype=``, ...) configure
-    the job (mgg.train.prepare). Layers that need another kind of graph derive it from
+    the job (mgg.prepare.prepare). Layers that need another kind of graph derive it from
     the one kept here. In a job of several ranks, rank 0 alone prints (the others'
     stdout goes to /dev/null; MGG_PRINT_ALL=1 keeps it): the script's metrics are the
     whole graph's on every rank."""

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..graph.core import GRAPH_KINDS
-from ..memory import multiplies_first as by_widths
 from ..precision import accumulator, torch_dtype
+from .chunks import multiplies_first as by_widths
 from .message import MessagePassing, scatter, softmax
 from .ops import (
     InputRows,

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..graph.core import GRAPH_KINDS
-from ..memory import INPUT_CHUNKS, STREAM_MIN_ROWS, reads_in_chunks
+from .chunks import INPUT_CHUNKS, STREAM_MIN_ROWS, reads_in_chunks
 from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
 from .offload import offloaded
 from .ops import ChunkedRows, dropout, recompute
@@ -44,10 +44,12 @@ class Model(nn.Module):
 
     graph = "as_is"
     act = staticmethod(F.relu)
-    recompute = False
-    offload = False
     offloaded = None  # what the last forward in training kept in host memory (Offloaded)
     picks_rows = False  # its last layer can compute some rows alone (forward's rows=)
+
+    def __init__(self, *, recompute: bool = False, offload: bool = False):
+        super().__init__()
+        self.recompute, self.offload = bool(recompute), bool(offload)
 
     def forward(self, x, g, upto: int | None = None, rows=None):
         """Logits [n, classes] over this rank's rows; with ``upto`` = K, the output of
@@ -83,7 +85,7 @@ class Model(nn.Module):
 
 def _chunked(conv, x, recompute: bool) -> bool:
     """Whether the first layer ``conv`` reads the input x as ChunkedRows: x is a plain
-    dense tensor without a gradient, and mgg.memory.reads_in_chunks says so by its bytes
+    dense tensor without a gradient, and reads_in_chunks says so by its bytes
     and conv's multiplies_first; never inside pyg_widths, whose order is PyG's."""
     if type(x) is not torch.Tensor or x.ndim != 2 or x.requires_grad or in_pyg_widths():
         return False
@@ -120,8 +122,8 @@ class GCN(Model):
     graph = "gcn_norm"
     picks_rows = True
 
-    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
-        super().__init__()
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5, **mode):
+        super().__init__(**mode)
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(GCNConv(a, b) for a, b in pairwise(d))
         self.p = self.p_in = dropout
@@ -141,8 +143,8 @@ class SAGE(Model):
     graph = "as_is"
     picks_rows = True
 
-    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5):
-        super().__init__()
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.5, **mode):
+        super().__init__(**mode)
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(SAGEConv(a, b) for a, b in pairwise(d))
         self.p = self.p_in = dropout
@@ -171,8 +173,9 @@ class GIN(Model):
         input_dropout=0.9,
         train_eps=True,
         batch_norm=True,
+        **mode,
     ):
-        super().__init__()
+        super().__init__(**mode)
         d = _dims(in_dim, hidden, out_dim, num_layers)
         self.convs = nn.ModuleList(
             GINConv(MLP([a, hidden, b], batch_norm, running_stats=False), train_eps=train_eps)
@@ -188,8 +191,8 @@ class GAT(Model):
     graph = "self_loops"
     act = staticmethod(F.elu)
 
-    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.6, heads=8):
-        super().__init__()
+    def __init__(self, in_dim, hidden, out_dim, *, num_layers=2, dropout=0.6, heads=8, **mode):
+        super().__init__(**mode)
         d = _dims(in_dim, hidden, out_dim, num_layers)
         convs = []
         for i in range(num_layers):
@@ -267,10 +270,13 @@ def build_model(
     layers: int | None = None,
     dropout: float | None = None,
     seed: int = 0,
+    recompute: bool = False,
+    offload: bool = False,
     **kw,
 ) -> nn.Module:
     """A registered model with its defaults where an argument is None; the weights are
-    drawn from ``seed`` (the same on every rank)."""
+    drawn from ``seed`` (the same on every rank). ``recompute``, ``offload``: how it holds
+    what training saves (Model), not part of its ``config``."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     spec = MODELS[name]
@@ -279,7 +285,8 @@ def build_model(
     dropout = spec.dropout if dropout is None else dropout
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = spec.cls(in_dim, hidden, out_dim, num_layers=layers, dropout=dropout, **kw)
+        mode = dict(recompute=recompute, offload=offload)
+        model = spec.cls(in_dim, hidden, out_dim, num_layers=layers, dropout=dropout, **mode, **kw)
     model.config = {
         "model": name,
         "in_dim": in_dim,

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import memory
 from ..errors import ResourceError
 from ..memory import format_bytes
+from . import chunks
 from .ops import _copy_thread, _side_stream
 
 
@@ -150,7 +150,7 @@ class _State:
 
     def __init__(self, mover: _Mover, stats: Offloaded):
         self.mover, self.stats = mover, stats
-        self.min_bytes = memory.OFFLOAD_MIN_BYTES
+        self.min_bytes = chunks.OFFLOAD_MIN_BYTES
         self.saved: list[weakref.ref] = []
         self.fetching = None  # weakly, the one fetched ahead and not yet unpacked
 
