@@ -14,13 +14,13 @@ import scipy.sparse as sp
 
 from mgg.graph import Dataset, Graph, GraphError
 from mgg.graph.formats import (
-    edgelist,
     read_dataset,
     read_edgelist,
     read_graph,
     read_metis,
     read_mgg_bin,
     read_npz,
+    textlines,
     write_edgelist,
     write_graph,
     write_metis,
@@ -166,7 +166,7 @@ def test_edgelist_chunked_matches_whole(tmp_path, monkeypatch, weighted):
     text = p.read_bytes().replace(b"\n", b"\n\n# c\n", 40)
     p.write_bytes(text)
     whole = read_edgelist(p)
-    monkeypatch.setattr(edgelist, "_CHUNK_BYTES", 1000)
+    monkeypatch.setattr(textlines, "CHUNK_BYTES", 1000)
     assert_same_graph(read_edgelist(p), whole)
     assert_same_graph(whole, g)
 
@@ -175,7 +175,7 @@ def test_edgelist_error_line_in_later_chunk(tmp_path, monkeypatch):
     lines = [f"{i} {i + 1}" for i in range(3000)]
     lines[2500] = "7 x"
     p = write(tmp_path, "g.txt", "\n".join(lines) + "\n")
-    monkeypatch.setattr(edgelist, "_CHUNK_BYTES", 512)
+    monkeypatch.setattr(textlines, "CHUNK_BYTES", 512)
     raises_at(lambda: read_edgelist(p), p, "line 2501", "'x'")
     lines[2500] = "7 8 9"
     p = write(tmp_path, "g.txt", "\n".join(lines) + "\n")

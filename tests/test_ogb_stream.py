@@ -16,15 +16,15 @@ from test_ogb import gz, masks_of, ogb_dir, raises_at, random_edges, random_spli
 
 from mgg.cli import main
 from mgg.graph import Graph, GraphError
-from mgg.graph.formats import edgelist, read_mgg_bin, read_npz, read_ogb
 from mgg.graph.formats import ogb_stream as stream
+from mgg.graph.formats import read_mgg_bin, read_npz, read_ogb, textlines
 from mgg.graph.formats.ogb_stream import convert_ogb
 
 
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Parser blocks of 2 KiB and member reads of 64 elements: many of each."""
-    monkeypatch.setattr(edgelist, "_CHUNK_BYTES", 2048)
+    monkeypatch.setattr(textlines, "CHUNK_BYTES", 2048)
     monkeypatch.setattr(stream, "_BLOCK", 64)
 
 
@@ -144,10 +144,10 @@ def test_the_cli_streams_to_the_mgg_binary_and_names_what_it_drops(tmp_path, cap
 
 PEAK = """
 import sys
-from mgg.graph.formats import edgelist, read_ogb
+from mgg.graph.formats import textlines, read_ogb
 from mgg.graph.formats.ogb_stream import convert_ogb
 from mgg.memory import peak_rss_mb
-edgelist._CHUNK_BYTES = 1 << 16
+textlines.CHUNK_BYTES = 1 << 16
 if sys.argv[2] == "stream":
     convert_ogb(sys.argv[1], sys.argv[1] + ".npz", chunk=1 << 14)
 else:

@@ -1,9 +1,12 @@
-"""Readers and writers of graph files.
+"""Readers and writers of graph files, in one registry: :data:`FORMATS`.
 
 Formats: SNAP-style edge lists (text or gzip), METIS ``.graph``, the ``.npz`` dataset layout
 of ``shared/data`` (see its MANIFEST.md), the MGG artifact's binary CSR
 (``<prefix>_beg_pos.bin`` + ``<prefix>_csr.bin``, raw little-endian int64), and (read only)
-OGB node-property-prediction directories.
+OGB node-property-prediction directories. Each is one module that declares its
+:class:`~.base.Format` (suffixes, reader, writer, slice readers, what it holds), and one
+line of :data:`FORMATS`; :func:`read_graph`, :func:`write_graph` and the distributed
+partitioner's slices (:mod:`.slices`) dispatch through it.
 
 Every reader rejects malformed input with :class:`GraphError` whose message starts with the
 file name, then where (``line 12``, ``element 5 (byte offset 40)``, ``key 'x'``), then what
@@ -19,14 +22,18 @@ from ...atomic import atomic_write
 from ...errors import InputError
 from ..core import Graph
 from ..dataset import Dataset
-from ._common import BEG_SUFFIX, CSR_SUFFIX, stem
+from . import edgelist, metis, mgg_bin, npz, ogb
+from ._common import stem
+from .base import NODE_DATA, WEIGHTS, Format
 from .edgelist import read_edgelist, write_edgelist
 from .metis import read_metis, write_metis
-from .mgg_bin import _mgg_paths, _write_files, read_mgg_bin, write_mgg_bin
+from .mgg_bin import read_mgg_bin, write_mgg_bin
 from .npz import read_npz, write_npz
 from .ogb import is_ogb_dir, read_ogb
 
 __all__ = [
+    "FORMATS",
+    "Format",
     "read_edgelist",
     "write_edgelist",
     "read_metis",
@@ -37,6 +44,7 @@ __all__ = [
     "write_mgg_bin",
     "read_ogb",
     "is_ogb_dir",
+    "format_of",
     "read_graph",
     "read_dataset",
     "write_graph",
@@ -45,135 +53,112 @@ __all__ = [
     "write_format",
 ]
 
-FORMAT_NAMES = {
-    "npz": "npz",
-    "mgg": "MGG binary CSR",
-    "metis": "METIS",
-    "edgelist": "edge list",
-    "ogb": "OGB directory",
-}
-
-
-def _format(path: str) -> str:
-    if is_ogb_dir(path):
-        return "ogb"
-    name = os.path.basename(path).lower()
-    if name.endswith(".npz"):
-        return "npz"
-    if name.endswith((BEG_SUFFIX, CSR_SUFFIX)):
-        return "mgg"
-    if name.endswith(".gz"):
-        name = name[:-3]
-    if name.endswith((".graph", ".metis")):
-        return "metis"
-    if not os.path.exists(path) and os.path.exists(path + BEG_SUFFIX):
-        return "mgg"
-    return "edgelist"
-
-
-# what write_graph writes, by suffix (a text format may end in .gz too: gzipped)
-WRITES = {
-    ".npz": "npz",
-    ".txt": "edgelist",
-    ".csv": "edgelist",
-    ".tsv": "edgelist",
-    ".el": "edgelist",
-    ".edges": "edgelist",
-    ".graph": "metis",
-    ".metis": "metis",
-    BEG_SUFFIX: "mgg",
-    CSR_SUFFIX: "mgg",
-}
-WRITTEN = (
-    ".npz (everything), .txt/.csv/.tsv/.el/.edges (edge list), .graph/.metis (METIS), "
-    "those two gzipped with .gz added (x.txt.gz), or *_beg_pos.bin (MGG binary CSR)"
+# A path is read as the first format that recognises it, else as DEFAULT; write_graph's
+# refusal lists the writable ones in this order.
+FORMATS = (
+    ogb.FORMAT,
+    npz.FORMAT,
+    edgelist.FORMAT,
+    metis.FORMAT,
+    mgg_bin.FORMAT,
 )
+DEFAULT = edgelist.FORMAT  # any file no other format recognises
 
 
-def write_format(path) -> str:
-    """The format :func:`write_graph` writes to ``path``, by its suffix; InputError naming
-    the suffix and the formats mgg writes when it writes none there (or path is a folder)."""
+def _written() -> str:
+    """The writable formats, in words: '.npz (everything), ..., or *_beg_pos.bin (...)'."""
+    writable = [f for f in FORMATS if f.write is not None]
+    words = [f.written for f in writable]
+    gz = [f for f in writable if f.gzip]
+    if gz:
+        count = {1: "that one", 2: "those two"}.get(len(gz), f"those {len(gz)}")
+        at = writable.index(gz[-1]) + 1
+        words.insert(at, f"{count} gzipped with .gz added (x{gz[0].suffixes[0]}.gz)")
+    return ", ".join(words[:-1]) + ", or " + words[-1]
+
+
+WRITTEN = _written()
+
+
+def format_of(path) -> Format:
+    """The format :func:`read_graph` reads ``path`` as."""
+    path = os.fspath(path)
+    for fmt in FORMATS:
+        if fmt is not DEFAULT and fmt.recognises(path):
+            return fmt
+    return DEFAULT
+
+
+def _writer(path) -> Format:
     path = os.fspath(path)
     if os.path.isdir(path):
         raise InputError(f"{path}: is a directory; write to a file: {WRITTEN}")
+    for fmt in FORMATS:
+        if fmt.write is not None and fmt.named(path):
+            return fmt
     name = os.path.basename(path).lower()
     text = name.removesuffix(".gz")
-    for suffix, fmt in WRITES.items():
-        if text.endswith(suffix) and (text == name or fmt in ("edgelist", "metis")):
-            return fmt
     suffix = os.path.splitext(text)[1] + name[len(text) :]  # '.npy', '.npz.gz', '.gz'
     what = f"{suffix!r} files" if suffix else "files without a suffix"
     raise InputError(f"{path}: mgg writes no {what}; it writes {WRITTEN}")
 
 
+def write_format(path) -> str:
+    """The key of the format :func:`write_graph` writes to ``path``, by its suffix;
+    InputError naming the suffix and the formats mgg writes when it writes none there (or
+    path is a folder)."""
+    return _writer(path).key
+
+
 def format_name(path) -> str:
     """The format :func:`read_graph` and :func:`write_graph` pick for ``path``, in words."""
-    return FORMAT_NAMES[_format(os.fspath(path))]
+    return format_of(path).name
 
 
 def read_graph(path, **kw) -> Graph:
-    """Read a graph, choosing the reader by suffix: ``.npz``, ``.graph``/``.metis``,
-    ``_beg_pos.bin``/``_csr.bin`` (or a prefix of those), an OGB directory, anything else as
-    an edge list (``kw`` goes to :func:`read_edgelist`).
+    """Read a graph in the format that recognises ``path`` (:func:`format_of`): ``.npz``,
+    ``.graph``/``.metis``, ``_beg_pos.bin``/``_csr.bin`` (or a prefix of those), an OGB
+    directory, anything else as an edge list (``kw`` goes to the reader:
+    :func:`read_edgelist`'s, :func:`read_ogb`'s).
     """
     path = os.fspath(path)
-    fmt = _format(path)
-    if fmt == "ogb":
-        return read_ogb(path, **kw).graph
-    if fmt == "npz":
-        return read_npz(path, **kw).graph
-    if fmt == "metis":
-        return read_metis(path, **kw)
-    if fmt == "mgg":
-        return read_mgg_bin(path, **kw)
-    return read_edgelist(path, **kw)
+    data = format_of(path).read(path, **kw)
+    return data.graph if isinstance(data, Dataset) else data
 
 
 def read_dataset(path, **kw) -> Dataset:
     """A Dataset from any format: the full npz or OGB contents, else only the graph (name =
     stem)."""
     path = os.fspath(path)
-    if _format(path) == "ogb":
-        return read_ogb(path, **kw)
-    if _format(path) == "npz":
-        return read_npz(path, **kw)
-    return Dataset(stem(path), read_graph(path, **kw))
+    data = format_of(path).read(path, **kw)
+    return data if isinstance(data, Dataset) else Dataset(stem(path), data)
 
 
 def write_graph(graph: Graph | Dataset, path) -> None:
-    """Write by suffix (:data:`WRITES`; another suffix is refused, InputError); a Dataset
-    keeps its node data in npz.
+    """Write by suffix (:func:`write_format`; another suffix is refused, InputError); a
+    Dataset keeps its node data in npz.
 
     Atomic: the file (both files of the MGG binary) is written under a temporary name in
     the same folder and renamed into place, so a failed write leaves the old file or none.
     """
-    fmt = write_format(path)
+    fmt = _writer(path)
     path = os.fspath(path)
-    if fmt == "npz":
-        ds = graph if isinstance(graph, Dataset) else Dataset(stem(path), graph)
-        with atomic_write(path) as tmp:
-            write_npz(ds, tmp)
-        return
-    g = graph.graph if isinstance(graph, Dataset) else graph
-    if fmt == "mgg":
-        beg, csr = _mgg_paths(path)
-        with atomic_write(beg, csr) as tmps:
-            _write_files(g, *tmps)
-        return
-    with atomic_write(path) as tmp:
-        if fmt == "metis":
-            write_metis(g, tmp)
-        else:
-            write_edgelist(g, tmp)
+    if NODE_DATA in fmt.holds:
+        data = graph if isinstance(graph, Dataset) else Dataset(stem(path), graph)
+    else:
+        data = graph.graph if isinstance(graph, Dataset) else graph
+    files = fmt.paths(path)
+    with atomic_write(*files) as tmps:
+        fmt.write(data, *(tmps if len(files) > 1 else (tmps,)))
 
 
 def dropped_on_write(graph: Graph | Dataset, path) -> list[str]:
     """What :func:`write_graph` of ``graph`` to ``path`` cannot keep (e.g. ``["features",
     "labels"]``); empty when the format holds everything."""
-    fmt = write_format(path)
+    fmt = _writer(path)
     g = graph.graph if isinstance(graph, Dataset) else graph
     lost = []
-    if fmt != "npz" and isinstance(graph, Dataset):
+    if NODE_DATA not in fmt.holds and isinstance(graph, Dataset):
         for what, value in (
             ("features", graph.x),
             ("labels", graph.y),
@@ -181,6 +166,6 @@ def dropped_on_write(graph: Graph | Dataset, path) -> list[str]:
         ):
             if value is not None:
                 lost.append(what)
-    if fmt == "mgg" and g.weights is not None:
+    if WEIGHTS not in fmt.holds and g.weights is not None:
         lost.append("edge weights")
     return lost

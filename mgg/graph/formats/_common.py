@@ -1,4 +1,5 @@
-"""Helpers shared by the format modules: errors, file opening, names, symmetry checks."""
+"""Helpers shared by the format modules: errors, file opening, names, symmetry checks,
+CSR files sliced by edge ranges."""
 
 from __future__ import annotations
 
@@ -94,6 +95,41 @@ def stem(path: str) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return Path(name).stem if "." in name else name
+
+
+# ---- CSR files sliced by edge ranges (the distributed partitioner's) --------------------
+def edge_range(num_edges: int, rank: int, size: int) -> tuple[int, int]:
+    """Rank ``rank``'s edges [a, b) of ``num_edges``."""
+    return rank * num_edges // size, (rank + 1) * num_edges // size
+
+
+def check_indptr(path, indptr, num_edges, what="indptr") -> None:
+    """GraphError at the first entry of ``indptr`` that is not a CSR's over ``num_edges``."""
+    if indptr.size == 0:
+        raise err(path, what, "empty; it needs N+1 >= 1 entries")
+    if indptr[0] != 0:
+        raise err(path, f"{what}[0]", f"is {indptr[0]}, expected 0")
+    dec = np.flatnonzero(np.diff(indptr) < 0)
+    if dec.size:
+        i = int(dec[0]) + 1
+        raise err(path, f"{what}[{i}]", f"not monotone: {indptr[i]} < {indptr[i - 1]}")
+    if indptr[-1] != num_edges:
+        raise err(path, f"{what}[-1]", f"is {indptr[-1]} but there are {num_edges} edges")
+
+
+def csr_slice(path, indptr, indices, a, b, where) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) int64 of the CSR's entries a..b-1 (``indices``), ids checked (``where(i)``
+    names entry i)."""
+    n = indptr.size - 1
+    out = np.flatnonzero((indices < 0) | (indices >= n))
+    if out.size:
+        i = a + int(out[0])
+        raise err(path, where(i), f"node id {indices[out[0]]} is outside [0, {n})")
+    r0 = int(np.searchsorted(indptr, a, side="right")) - 1
+    r1 = int(np.searchsorted(indptr, b, side="left"))
+    counts = np.diff(np.clip(indptr[r0 : r1 + 1], a, b))
+    dst = np.repeat(np.arange(r0, r0 + counts.size, dtype=np.int64), counts)
+    return indices.astype(np.int64), dst
 
 
 def _rows_sorted(g: Graph) -> bool:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ...memory import require
 from ._common import err, open_binary, show
-from .edgelist import _num_workers, _read_chunks
+from .textlines import num_workers, read_chunks
 
 __all__ = ["csv_row_blocks", "read_csv_rows"]
 
@@ -184,7 +184,7 @@ def csv_row_blocks(
     cols = None
     line0 = 1
     pending: deque = deque()
-    workers = _num_workers()
+    workers = num_workers()
 
     def collect():
         job, block, first, out = pending.popleft()
@@ -203,7 +203,7 @@ def csv_row_blocks(
 
     with open_binary(path) as f, ThreadPoolExecutor(workers) as pool:
         try:
-            for block in _read_chunks(f, path):
+            for block in read_chunks(f, path):
                 lines = block.count(b"\n")
                 if cols is None:
                     cols = block[: block.find(b"\n")].count(b",") + 1

@@ -21,8 +21,9 @@ from ._common import (
     open_write,
     show,
 )
+from .base import Format
 
-__all__ = ["read_metis", "write_metis"]
+__all__ = ["FORMAT", "read_metis", "write_metis"]
 
 
 def _read_all(path: str) -> bytes:
@@ -266,3 +267,14 @@ def write_metis(graph: Graph, path) -> None:
             b = min(a + WRITE_ROWS, n)
             text = "\n".join(" ".join(toks[ptr[v] : ptr[v + 1]]) for v in range(a, b))
             f.write((text + "\n").encode())
+
+
+FORMAT = Format(
+    "metis",
+    "METIS",
+    read_metis,
+    (".graph", ".metis"),
+    gzip=True,
+    write=write_metis,
+    written=".graph/.metis (METIS)",
+)

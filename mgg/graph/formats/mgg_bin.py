@@ -10,12 +10,14 @@ import numpy as np
 
 from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
-from ._common import BEG_SUFFIX, CSR_SUFFIX, err
+from ._common import BEG_SUFFIX, CSR_SUFFIX, check_indptr, csr_slice, edge_range, err
+from .base import EdgeSlice, Format
 
-__all__ = ["read_mgg_bin", "write_mgg_bin"]
+__all__ = ["FORMAT", "edge_slice", "mgg_paths", "read_mgg_bin", "write_files", "write_mgg_bin"]
 
 
-def _mgg_paths(prefix_or_path) -> tuple[str, str]:
+def mgg_paths(prefix_or_path) -> tuple[str, str]:
+    """(``<prefix>_beg_pos.bin``, ``<prefix>_csr.bin``) of the prefix or either file."""
     p = os.fspath(prefix_or_path)
     for suffix in (BEG_SUFFIX, CSR_SUFFIX):
         if p.endswith(suffix):
@@ -40,7 +42,7 @@ def read_mgg_bin(prefix_or_path) -> Graph:
     """Read the MGG artifact's CSR: ``<prefix>_beg_pos.bin`` int64 [N+1] and
     ``<prefix>_csr.bin`` int64 [E] (raw little-endian). Accepts the prefix or either file.
     """
-    beg_path, csr_path = _mgg_paths(prefix_or_path)
+    beg_path, csr_path = mgg_paths(prefix_or_path)
     n, e = (os.path.getsize(p) // 8 for p in (beg_path, csr_path))
     require(
         8 * (n + e) + csr_bytes(n, e),
@@ -85,14 +87,54 @@ def write_mgg_bin(graph: Graph, prefix) -> tuple[str, str]:
 
     The format has no weights: a weighted graph is written without them (with a warning).
     """
-    beg_path, csr_path = _mgg_paths(prefix)
-    _write_files(graph, beg_path, csr_path)
+    beg_path, csr_path = mgg_paths(prefix)
+    write_files(graph, beg_path, csr_path)
     return beg_path, csr_path
 
 
-def _write_files(graph: Graph, beg_path, csr_path) -> None:
+def write_files(graph: Graph, beg_path, csr_path) -> None:
     """The two files of the format, at any two paths (write_graph's temporaries)."""
     if graph.weights is not None:
         warnings.warn("the MGG binary CSR stores no edge weights; they are dropped", stacklevel=3)
     graph.indptr.astype("<i8").tofile(beg_path)
     graph.indices.astype("<i8").tofile(csr_path)
+
+
+def edge_slice(path, rank, size) -> EdgeSlice:
+    """Rank ``rank``'s edge range of the CSR, and all of beg_pos (O(N))."""
+    beg_path, csr_path = mgg_paths(path)
+    for p in (beg_path, csr_path):
+        if os.path.getsize(p) % 8:
+            raise err(p, "byte offset 0", "file size is not a multiple of 8 (int64 entries)")
+    e = os.path.getsize(csr_path) // 8
+    n1 = os.path.getsize(beg_path) // 8
+    require(
+        8 * n1 * 3 + 24 * (e // size + 1),
+        f"beg_pos int64 [{n1:,}] (all of it) and this rank's {e // size:,} edges",
+        beg_path,
+    )
+    beg = np.fromfile(beg_path, "<i8")
+    check_indptr(beg_path, beg, e, "beg_pos")
+    a, b = edge_range(e, rank, size)
+    csr = np.fromfile(csr_path, "<i8", count=b - a, offset=8 * a)
+    src, dst = csr_slice(csr_path, beg, csr, a, b, lambda i: f"element {i} (byte offset {8 * i})")
+    return EdgeSlice(src, dst, None, beg.size - 1, 0, False, beg_path, f"edge {a}")
+
+
+def _is_prefix(path: str) -> bool:
+    return not os.path.exists(path) and os.path.exists(path + BEG_SUFFIX)
+
+
+FORMAT = Format(
+    "mgg",
+    "MGG binary CSR",
+    read_mgg_bin,
+    (BEG_SUFFIX, CSR_SUFFIX),
+    detect=_is_prefix,
+    write=write_files,
+    files=mgg_paths,
+    written="*_beg_pos.bin (MGG binary CSR)",
+    holds=frozenset(),
+    edge_slice=edge_slice,
+    sliced="the MGG binary CSR",
+)

@@ -12,10 +12,21 @@ import scipy.sparse as sp
 
 from ...memory import csr_bytes, require
 from ..core import Graph, GraphError
-from ..dataset import Dataset
-from ._common import FLOAT32_MAX, err, find_asymmetry, require_npz, stem
+from ..dataset import MASKS, Dataset, NodeRows, check_split, default_split, given_split
+from ._common import (
+    FLOAT32_MAX,
+    check_indptr,
+    csr_slice,
+    edge_range,
+    err,
+    find_asymmetry,
+    require_npz,
+    stem,
+)
+from .base import NODE_DATA, WEIGHTS, EdgeSlice, Format
+from .members import Member, open_zip, take_csr_rows
 
-__all__ = ["npz_meta", "read_npz", "write_npz"]
+__all__ = ["FORMAT", "edge_slice", "node_rows", "npz_meta", "read_npz", "write_npz"]
 
 _NODE_KEYS = ("y", "train_mask", "val_mask", "test_mask")
 _SPARSE_X = ("x_indptr", "x_indices", "x_data", "x_shape")
@@ -258,3 +269,137 @@ def write_npz(dataset: Dataset, path, compressed: bool = True) -> None:
     )
     with open(path, "wb") as f:
         (np.savez_compressed if compressed else np.savez)(f, **arrays)
+
+
+# ---- the distributed partitioner's slices: member streams -------------------------------
+def _member_meta(z, path) -> dict:
+    if "meta.npy" not in z.namelist():
+        return {}
+    return _npz_meta(path, Member(z, path, "meta").all().reshape(()))
+
+
+def edge_slice(path, rank, size) -> EdgeSlice:
+    """Rank ``rank``'s edge range of ``indices`` (and ``weights``), and all of ``indptr``
+    (O(N)), read from the members' streams."""
+    with open_zip(path) as z:
+        names = set(z.namelist())
+        for k in ("indptr", "indices"):
+            if k + ".npy" not in names:
+                raise err(path, f"key {k!r}", "missing")
+        meta = _member_meta(z, path)
+        ind = Member(z, path, "indices")
+        if len(ind.shape) != 1 or ind.dtype.kind not in "iu":
+            raise err(path, "key 'indices'", f"expected a 1-D integer array, got {ind.dtype}")
+        ptr = Member(z, path, "indptr")
+        n1, e = int(np.prod(ptr.shape)), ind.shape[0]
+        require(
+            8 * n1 * 3 + 24 * (e // size + 1),
+            f"key 'indptr' {ptr.dtype} {ptr.shape} (all of it) and this rank's "
+            f"{e // size:,} of {e:,} edges",
+            path,
+            "check the array shapes the file declares",
+        )
+        indptr = ptr.all().astype(np.int64)
+        check_indptr(path, indptr, ind.shape[0], "key 'indptr'")
+        a, b = edge_range(ind.shape[0], rank, size)
+        src, dst = csr_slice(path, indptr, ind.rows(a, b), a, b, lambda i: f"key 'indices'[{i}]")
+        w = None
+        if "weights.npy" in names:
+            wm = Member(z, path, "weights")
+            if wm.shape != ind.shape:
+                raise err(path, "key 'weights'", f"shape {wm.shape}, expected {ind.shape}")
+            w = wm.rows(a, b).astype(np.float32)
+            if not np.isfinite(w).all():
+                raise err(path, "key 'weights'", "edge weights must be finite")
+    sym = meta.get("directed") is False
+    return EdgeSlice(src, dst, w, indptr.size - 1, 0, sym, path, f"edge {a}")
+
+
+def node_rows(path, lb: int, ub: int, seed: int, ids) -> NodeRows:
+    """Rows lb..ub-1 of the archive's node data, or, under a node order, the rows of the
+    original nodes ``ids`` (int64 [ub - lb]). A dataset with labels but no split gets
+    make_split's (seeded, over all labels: O(N))."""
+    take = slice(lb, ub) if ids is None else ids
+    with open_zip(path) as z:
+        names = {n[:-4] for n in z.namelist() if n.endswith(".npy")}
+        meta = _member_meta(z, path)
+        n = Member(z, path, "indptr").shape[0] - 1
+        require(24 * n, f"the node data of {n:,} nodes (labels, split)", path)
+        x = None
+        if "x" in names:
+            xm = Member(z, path, "x")
+            if len(xm.shape) != 2 or xm.shape[0] != n:
+                raise err(path, "key 'x'", f"shape {xm.shape}, expected ({n}, F)")
+            x = (xm.rows(lb, ub) if ids is None else xm.take(ids)).astype(np.float32)
+        elif "x_indptr" in names:
+            shape = Member(z, path, "x_shape").all()
+            ptr = Member(z, path, "x_indptr").all().astype(np.int64)
+            ind, data = Member(z, path, "x_indices"), Member(z, path, "x_data")
+            check_indptr(path, ptr, ind.shape[0], "key 'x_indptr'")
+            if ids is None:
+                a, b = int(ptr[lb]), int(ptr[ub])
+                csr = (data.rows(a, b), ind.rows(a, b), ptr[lb : ub + 1] - a)
+            else:
+                csr = take_csr_rows(ptr, ind, data, ids)
+            x = sp.csr_matrix((csr[0].astype(np.float32), *csr[1:]), shape=(ub - lb, int(shape[1])))
+        if x is not None:
+            values = x.data if sp.issparse(x) else x
+            if not np.isfinite(values).all():
+                raise err(path, "key 'x'", "features must be finite float32 (NaN or inf found)")
+        y = masks = None
+        num_classes = meta.get("num_classes")
+        notes = ""
+        if "y" in names:
+            ym = Member(z, path, "y")
+            multilabel = len(ym.shape) == 2
+            y_all = (ym.rows(lb, ub) if ids is None else ym.take(ids)) if multilabel else ym.all()
+            if ym.shape[0] != n or len(ym.shape) > 2 or ym.dtype.kind not in "biuf":
+                raise err(path, "key 'y'", f"expected labels [{n}] or [{n}, T], got {ym.shape}")
+            if multilabel:
+                if ((y_all != 0) & (y_all != 1)).any():
+                    raise err(path, "key 'y'", "multi-label targets must be 0 or 1")
+                num_classes = int(ym.shape[1])
+            elif y_all.dtype.kind not in "iu":
+                raise err(path, "key 'y'", f"labels must be integers, got {y_all.dtype}")
+            elif n and y_all.min() < 0:
+                raise err(path, "key 'y'", f"labels must be >= 0, found {y_all.min()}")
+            if not isinstance(num_classes, int):
+                num_classes = int(y_all.max()) + 1 if n else 0
+            y = y_all.astype(np.int8) if multilabel else y_all[take].astype(np.int64)
+            if multilabel and "train_mask" not in names:
+                raise err(path, "key 'train_mask'", "multi-label targets need a split")
+            if set(MASKS) & names:
+                masks = tuple(_mask_rows(z, path, k, n, take) for k in MASKS)
+                where = lb if ids is None else ids
+                check_split(path, dict(zip(MASKS, masks, strict=True)), where, whole=False)
+                masks, notes = given_split(masks, ub - lb)
+            else:
+                what = f"key 'y': {num_classes:,} classes' split"
+                masks, notes = default_split(y_all, num_classes, take, seed, path, what)
+    name = meta.get("name") if isinstance(meta.get("name"), str) else stem(path)
+    return NodeRows(x, y, masks, num_classes, name, notes, ids)
+
+
+def _mask_rows(z, path, key: str, n: int, take):
+    """Rows ``take`` (a slice, or ids) of the npz's bool [n] mask ``key`` (None when
+    absent)."""
+    if key + ".npy" not in z.namelist():
+        return None
+    m = Member(z, path, key)
+    if m.shape != (n,) or m.dtype != bool:
+        raise err(path, f"key {key!r}", f"masks must be bool [{n}], got {m.dtype} {m.shape}")
+    return m.rows(take.start, take.stop) if isinstance(take, slice) else m.take(take)
+
+
+FORMAT = Format(
+    "npz",
+    "npz",
+    read_npz,
+    (".npz",),
+    write=write_npz,
+    written=".npz (everything)",
+    holds=frozenset({WEIGHTS, NODE_DATA}),
+    edge_slice=edge_slice,
+    sliced=".npz",
+    node_rows=node_rows,
+)

@@ -23,9 +23,10 @@ from ..core import Graph, GraphError
 from ..dataset import Dataset
 from ._common import err, open_binary, require_npz, show
 from ._csv import read_csv_rows
-from .edgelist import _concat, _parse_edgelist, read_node_ids
+from .base import NODE_DATA, Format
+from .textlines import concat, parse_lines, read_node_ids
 
-__all__ = ["KNOWN", "OgbInfo", "is_ogb_dir", "ogb_info", "read_ogb"]
+__all__ = ["FORMAT", "KNOWN", "OgbInfo", "is_ogb_dir", "ogb_info", "read_ogb"]
 
 
 @dataclass(frozen=True)
@@ -90,12 +91,12 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
     node's edge features (OGB's recipe for ogbn-proteins), "auto" does so only when there
     are no node features, "skip" ignores them. Raises GraphError naming the file.
     """
-    root, raw, info, binary = _check_root(path, edge_feat)
+    root, raw, info, binary = check_root(path, edge_feat)
     if binary:
         n, src, dst, x, efeat, fpath = _read_binary(raw, edge_feat)
     else:
-        n = _read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
-        e = _read_count(os.path.join(raw, "num-edge-list.csv.gz"), "edges")
+        n = read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
+        e = read_count(os.path.join(raw, "num-edge-list.csv.gz"), "edges")
         require(
             csr_bytes(n, 2 * e if undirected or info is None or info.add_inverse_edge else e)
             + 16 * n,
@@ -104,7 +105,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
             root,
             "check the counts in raw/num-node-list.csv.gz and raw/num-edge-list.csv.gz",
         )
-    y, num_classes, unlabeled, task, masks, split_name = _node_data(root, raw, n, info, split)
+    y, num_classes, unlabeled, task, masks, split_name = node_data(root, raw, n, info, split)
     if not binary:
         src, dst = _read_edges(os.path.join(raw, "edge.csv.gz"), n, e)
         fpath = os.path.join(raw, "node-feat.csv.gz")
@@ -115,7 +116,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
             efeat = _read_features(fpath, e, unit="edge")
     if undirected is None:
         undirected = info is not None and info.add_inverse_edge
-    meta = _meta(root, info, task, split_name, unlabeled)
+    meta = ogb_meta(root, info, task, split_name, unlabeled)
     if efeat is not None and (edge_feat == "mean" or x is None):
         x = _edge_feature_mean(efeat, src, dst, n, undirected)
         meta["features"] = f"mean of the {efeat.shape[1]} edge features of each node ({fpath})"
@@ -144,7 +145,7 @@ def read_ogb(path, *, split=None, undirected=None, edge_feat="auto") -> Dataset:
         raise GraphError(f"{root}: {e}") from e
 
 
-def _check_root(path, edge_feat):
+def check_root(path, edge_feat):
     """(root, raw folder, its KNOWN row or None, whether it is the binary form) of an OGB
     directory read as a homogeneous graph; GraphError naming it when it is none."""
     root = os.path.normpath(os.fspath(path))
@@ -167,7 +168,7 @@ def _check_root(path, edge_feat):
     return root, raw, info, binary
 
 
-def _node_data(root, raw, n, info, split):
+def node_data(root, raw, n, info, split):
     """(y, num_classes, unlabeled, task, masks, split's name): the labels and the split,
     unlabeled nodes left out of every mask."""
     y, num_classes, unlabeled, task = _read_labels(raw, n, info)
@@ -177,7 +178,7 @@ def _node_data(root, raw, n, info, split):
     return y, num_classes, unlabeled, task, masks, split_name
 
 
-def _meta(root, info, task, split_name, unlabeled) -> dict:
+def ogb_meta(root, info, task, split_name, unlabeled) -> dict:
     """The Dataset's meta: where it came from, its task, split and evaluation metric."""
     meta = {
         "source": "ogb",
@@ -198,7 +199,7 @@ def _missing(path, problem):
     return GraphError(f"{path}: missing: {problem}")
 
 
-def _read_count(path, what) -> int:
+def read_count(path, what) -> int:
     """The single integer of num-node-list / num-edge-list (one graph per dataset)."""
     if not os.path.isfile(path):
         raise _missing(path, f"OGB keeps the number of {what} there, next to edge.csv.gz")
@@ -223,11 +224,11 @@ def _read_count(path, what) -> int:
 
 def _read_edges(path, n, e):
     """(src, dst) int [E] in file order, ids checked against n and the count against e."""
-    spec, parts, nlines = _parse_edgelist(path, n, "", None)
+    spec, parts, nlines = parse_lines(path, n, "", None)
     if spec.ncol == 3:
         raise err(path, f"line {spec.ncol_line}", "expected 2 columns 'src,dst', found 3")
-    src = _concat([p.src for p in parts], np.int32)
-    dst = _concat([p.dst for p in parts], np.int32)
+    src = concat([p.src for p in parts], np.int32)
+    dst = concat([p.dst for p in parts], np.int32)
     if src.size != e:
         raise err(
             path,
@@ -255,7 +256,7 @@ def check_finite(a, path, row0: int = 0, key: str | None = None):
     raise err(path, f"key {key!r}", f"{key}[{row0 + r}, {c}] is {a[r, c]}: values must be finite")
 
 
-def _npz_counts(path, z) -> tuple[int, int]:
+def npz_counts(path, z) -> tuple[int, int]:
     """(nodes, edges) of data.npz's num_nodes_list and num_edges_list: one graph each."""
     counts = []
     for k in ("num_nodes_list", "num_edges_list"):
@@ -273,7 +274,7 @@ def _npz_counts(path, z) -> tuple[int, int]:
 def _read_binary(raw, edge_feat):
     """(n, src, dst, x, edge features or None, path) from raw/data.npz."""
     path = os.path.join(raw, "data.npz")
-    z = _load_npz(path)
+    z = load_npz(path)
     with z:
         keys = set(z.files)
         want = {"edge_index", "num_nodes_list", "num_edges_list", "node_feat"}
@@ -285,7 +286,7 @@ def _read_binary(raw, edge_feat):
         for k in ("edge_index", "num_nodes_list", "num_edges_list"):
             if k not in keys:
                 raise err(path, f"key {k!r}", f"missing (keys present: {sorted(keys)})")
-        n, e = _npz_counts(path, z)
+        n, e = npz_counts(path, z)
         ei = _npz_get(path, z, "edge_index")
         if ei.ndim != 2 or ei.shape[0] != 2 or (ei.size and ei.dtype.kind not in "iu"):
             raise err(
@@ -309,7 +310,8 @@ def _read_binary(raw, edge_feat):
     return n, src, dst, x, ef, path
 
 
-def _load_npz(path):
+def load_npz(path):
+    """The NpzFile at ``path``; GraphError when it is no npz archive."""
     try:
         z = np.load(path, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
@@ -341,7 +343,7 @@ def _read_labels(raw, n, info):
     csv = os.path.join(raw, "node-label.csv.gz")
     if os.path.isfile(npz):
         path = npz
-        with _load_npz(npz) as z:
+        with load_npz(npz) as z:
             require_npz(npz, z, {"node_label"}, extra=24 * n)
             if "node_label" not in z.files:
                 raise err(npz, "key 'node_label'", f"missing (keys present: {sorted(z.files)})")
@@ -450,3 +452,6 @@ def _edge_feature_mean(feat, src, dst, n, both):
             s += np.bincount(src, weights=feat[:, j], minlength=n)
         x[:, j] = s / np.maximum(deg, 1)
     return x
+
+
+FORMAT = Format("ogb", "OGB directory", read_ogb, detect=is_ogb_dir, holds=frozenset({NODE_DATA}))

@@ -28,18 +28,18 @@ from ..core import _counting_sort, _dedup_sorted, _sort_rows, index_dtype
 from ..dataset import MASKS
 from ._common import err, open_binary
 from ._csv import csv_row_blocks
-from .edgelist import _CHUNK_BYTES, _edge_chunks, _num_workers, _Spec
-from .mgg_bin import _mgg_paths
+from .members import Member
+from .mgg_bin import mgg_paths
 from .npz import npz_meta
-from .ogb import _check_root, _load_npz, _meta, _node_data, _npz_counts, _read_count, check_finite
-from .slices import _Member
+from .ogb import check_finite, check_root, load_npz, node_data, npz_counts, ogb_meta, read_count
+from .textlines import CHUNK_BYTES, LineSpec, edge_chunks, num_workers
 
 __all__ = ["CHUNK", "convert_ogb"]
 
 CHUNK = 1 << 25  # at most, CSR entries sorted in memory at once
 MIN_CHUNK = 1 << 16
 ENTRY_BYTES = 48  # per entry sorted: the pair, keys, the sort's output, what is kept
-PARSE_BYTES = 5 * _CHUNK_BYTES  # per block in flight: its text, ids, edges and ranges
+PARSE_BYTES = 5 * CHUNK_BYTES  # per block in flight: its text, ids, edges and ranges
 MAX_RANGES = 512  # scratch files open at once
 _BLOCK = 1 << 22  # elements of a binary member read at once
 
@@ -58,7 +58,7 @@ def convert_ogb(
     """
     from . import write_format
 
-    root, raw, info, binary = _check_root(root, edge_feat)
+    root, raw, info, binary = check_root(root, edge_feat)
     out = os.fspath(out)
     fmt = write_format(out)
     if fmt not in ("npz", "mgg"):
@@ -74,7 +74,7 @@ def convert_ogb(
     if edge_feat == "mean" or (edge_feat == "auto" and feats is None):
         efeats = _features(raw, binary, "edge", e)
     fe = efeats.cols if efeats is not None else 0
-    fixed = 8 * (n + 1) * 3 + 24 * n + 8 * n * fe + PARSE_BYTES * (_num_workers() + 1)
+    fixed = 8 * (n + 1) * 3 + 24 * n + 8 * n * fe + PARSE_BYTES * (num_workers() + 1)
     if chunk is None:  # what memory leaves, within [MIN_CHUNK, CHUNK]
         chunk = min(CHUNK, max(MIN_CHUNK, (available_bytes() - fixed) // ENTRY_BYTES))
     chunk = max(int(chunk), -(-entries // MAX_RANGES), 1)
@@ -85,7 +85,7 @@ def convert_ogb(
         root,
         "convert on a machine with more memory: the O(N) part cannot shrink",
     )
-    y, num_classes, unlabeled, task, masks, split_name = _node_data(root, raw, n, info, split)
+    y, num_classes, unlabeled, task, masks, split_name = node_data(root, raw, n, info, split)
 
     counts = np.zeros(n, np.int64)
     esum = np.zeros((n, fe), np.float64) if efeats is not None else None
@@ -123,7 +123,7 @@ def convert_ogb(
         np.cumsum(degrees, out=indptr[1:])
         del degrees
         num_edges = int(indptr[-1])
-        meta = _meta(root, info, task, split_name, unlabeled)
+        meta = ogb_meta(root, info, task, split_name, unlabeled)
         if efeats is not None:
             meta["features"] = f"mean of the {fe} edge features of each node ({efeats.path})"
         if x is None:
@@ -158,20 +158,20 @@ class _Edges:
         self.binary = binary
         if binary:
             self.path = os.path.join(raw, "data.npz")
-            with _load_npz(self.path) as z:
-                self.n, self.e = _npz_counts(self.path, z)
+            with load_npz(self.path) as z:
+                self.n, self.e = npz_counts(self.path, z)
         else:
             self.path = os.path.join(raw, "edge.csv.gz")
-            self.n = _read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
-            self.e = _read_count(os.path.join(raw, "num-edge-list.csv.gz"), "edges")
+            self.n = read_count(os.path.join(raw, "num-node-list.csv.gz"), "nodes")
+            self.e = read_count(os.path.join(raw, "num-edge-list.csv.gz"), "edges")
 
     def chunks(self):
         return self._npz() if self.binary else self._csv()
 
     def _csv(self):
-        spec = _Spec(self.n, "", None, False)
+        spec = LineSpec(self.n, "", None, False)
         seen = 0
-        for part in _edge_chunks(spec, self.path):
+        for part in edge_chunks(spec, self.path):
             if spec.ncol == 3:
                 raise err(
                     self.path, f"line {spec.ncol_line}", "expected 2 columns 'src,dst', found 3"
@@ -193,7 +193,7 @@ class _Edges:
         with zipfile.ZipFile(path) as z:
             if "edge_index.npy" not in z.namelist():
                 raise err(path, "key 'edge_index'", "missing")
-            rows = _Member(z, path, "edge_index", fortran=True)
+            rows = Member(z, path, "edge_index", fortran=True)
             if len(rows.shape) != 2 or rows.shape[0] != 2 or rows.dtype.kind not in "iu":
                 raise err(
                     path,
@@ -204,7 +204,7 @@ class _Edges:
                 raise err(
                     path, "key 'edge_index'", f"{rows.shape[1]} edges, but num_edges_list says {e}"
                 )
-            cols = None if rows.fortran else _Member(z, path, "edge_index")
+            cols = None if rows.fortran else Member(z, path, "edge_index")
             dt = index_dtype(n)
             for i in range(0, e, _BLOCK):
                 j = min(e, i + _BLOCK)
@@ -240,7 +240,7 @@ class _Rows:
                 row += len(block)
             return
         with zipfile.ZipFile(self.path) as z:
-            m = _Member(z, self.path, self.key)
+            m = Member(z, self.path, self.key)
             step = max(1, _BLOCK // max(1, self.cols))
             for i in range(0, self.rows, step):
                 block = m.rows(i, min(self.rows, i + step)).reshape(-1, self.cols)
@@ -255,7 +255,7 @@ def _features(raw, binary, unit, rows) -> _Rows | None:
         with zipfile.ZipFile(path) as z:
             if f"{key}.npy" not in z.namelist():
                 return None
-            m = _Member(z, path, key)
+            m = Member(z, path, key)
         if len(m.shape) not in (1, 2) or m.shape[0] != rows or m.dtype.kind not in "fiub":
             raise err(
                 path, f"key {key!r}", f"expected numbers [{rows}, F], got {m.dtype} {m.shape}"
@@ -413,7 +413,7 @@ def _member(z, key, a):
 
 
 def _write_mgg(out, indptr, indices, idt):
-    beg, csr = _mgg_paths(out)
+    beg, csr = mgg_paths(out)
     with atomic_write(beg, csr) as (tb, tc):
         indptr.astype("<i8").tofile(tb)
         with open(indices, "rb") as f, open(tc, "wb") as o:
