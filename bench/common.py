@@ -128,7 +128,8 @@ def memory_bandwidth(gib: float = 1.0, repeat: int = 5) -> float:
 
 def paired_bars(path: Path, names: list[str], panels: list, sides: dict, title: str) -> None:
     """A figure of panels, side by side, each two bars per name: ``panels`` [(y label,
-    {side: values})], ``sides`` {side: legend label}, in the order of the bars."""
+    {side: values}[, {side: whiskers}])], ``sides`` {side: legend label}, in the order of
+    the bars; whiskers (optional) as matplotlib's yerr: [below, above] per name."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -136,9 +137,10 @@ def paired_bars(path: Path, names: list[str], panels: list, sides: dict, title: 
 
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.8))
     x = np.arange(len(names))
-    for ax, (label, values) in zip(np.atleast_1d(axes), panels, strict=True):
+    for ax, (label, values, *whiskers) in zip(np.atleast_1d(axes), panels, strict=True):
         for i, (side, legend) in enumerate(sides.items()):
-            ax.bar(x + 0.4 * i - 0.2, values[side], 0.4, label=legend)
+            yerr = whiskers[0][side] if whiskers else None
+            ax.bar(x + 0.4 * i - 0.2, values[side], 0.4, yerr=yerr, capsize=3, label=legend)
         ax.set_xticks(x, names, rotation=30, ha="right")
         ax.set_ylabel(label)
     np.atleast_1d(axes)[0].legend()

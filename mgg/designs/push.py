@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..comm.mpi import mpi_type
+from ..comm.mpi_windows import mpi_type
 from ..graph.core import inverse
 from ..kernels import cpu
 from ..precision import bits
