@@ -145,7 +145,8 @@ def test_each_job_default_is_written_once():
                 a = node.args
                 pairs = list(zip(a.args[len(a.args) - len(a.defaults) :], a.defaults, strict=True))
                 pairs += [(k, d) for k, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)]
-                found += [f"{where} {arg.arg}=" for arg, d in pairs if arg.arg in named and _text(d)]
+                bad = [arg.arg for arg, d in pairs if arg.arg in named and _text(d)]
+                found += [f"{where} {name}=" for name in bad]
             elif isinstance(node, ast.Call):
                 fn = node.func
                 name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")

@@ -134,7 +134,7 @@ def test_the_guide_finds_what_searchsorted_finds(per_node):
     cum = np.cumsum(rng.permutation(w))
     guide = np.empty(per_node * cum.size + 1, np.int32)
     scale = (guide.size - 1) / cum[-1]
-    sampling._guide(cum, scale, guide)
+    sampling.guide_table(cum, scale, guide)
     ps = np.concatenate([rng.random(20_000) * cum[-1], cum, np.nextafter(cum, 0), [0.0]])
     want = np.searchsorted(cum, ps, side="right")
     assert np.array_equal(_guided(cum, guide, scale, ps), want)
@@ -148,7 +148,7 @@ def test_the_sampler_and_draws_are_planted_partitions_with_plain_searches():
     assert np.array_equal(s.starts[1:], np.cumsum(np.bincount(y, minlength=gen.classes)))
     src, dst = gen.draws(1000, 60_000, s)
     want = np.empty_like(src), np.empty_like(dst)
-    t_in = generators._threshold(gen.p_in)
+    t_in = generators.threshold_u32(gen.p_in)
     key = gen.key(papers._SALT_EDGE)
     generators._planted_fill(*want, key, t_in, s.cum, s.order, y, s.starts, s.mass_lo, s.mass, 1000)
     assert np.array_equal(src, want[0]) and np.array_equal(dst, want[1])

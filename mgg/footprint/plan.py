@@ -14,7 +14,7 @@ from ..job import Job
 from ..knobs import DEFAULTS
 from ..memory import HEADROOM, LIMIT_ENV, available, held_bytes, usable
 from ..precision import row_dtype
-from .estimate import ACTIVATION_COPIES, chunks, PICKED_COPIES, Parts, check_estimate, estimate
+from .estimate import ACTIVATION_COPIES, PICKED_COPIES, Parts, check_estimate, chunks, estimate
 
 
 def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, heads: int):

@@ -137,7 +137,7 @@ class Graph:
             *([IDS_HINT] if num_nodes == ids else []),
         )
         idt = index_dtype(num_nodes)
-        indptr, indices, w = _counting_sort(
+        indptr, indices, w = counting_sort(
             dst.astype(np.int64, copy=False), src.astype(idt, copy=False), num_nodes, weights
         )
         return cls(indptr, indices, w, num_nodes, check=False)
@@ -182,7 +182,7 @@ class Graph:
         """Same edges with each row's sources in ascending order."""
         indices = self.indices.copy()
         w = None if self.weights is None else self.weights.copy()
-        _sort_rows(
+        sort_csr_rows(
             self.indptr, indices, w if w is not None else np.empty(0, np.float32), w is not None
         )
         return Graph(self.indptr, indices, w, self.num_nodes, symmetric=self.symmetric, check=False)
@@ -200,7 +200,7 @@ class Graph:
         w_in = self.weights if has_w else np.empty(0, np.float32)
         w = np.empty(self.num_edges if has_w else 0, np.float32)
         _permute_rows(self.indptr, self.indices, w_in, perm, rank, indptr, indices, w, has_w)
-        _sort_rows(indptr, indices, w, has_w)
+        sort_csr_rows(indptr, indices, w, has_w)
         return Graph(
             indptr, indices, w if has_w else None, self.num_nodes,
             symmetric=self.symmetric, check=False,
@@ -212,7 +212,7 @@ class Graph:
         s = self.sort_rows()
         has_w = s.weights is not None
         w = s.weights if has_w else np.empty(0, np.float32)
-        keep, new_w = _dedup_sorted(s.indptr, s.indices, w, has_w)
+        keep, new_w = dedup_sorted(s.indptr, s.indices, w, has_w)
         return s._filter(keep.astype(bool), new_w if has_w else None)
 
     def remove_self_loops(self) -> Graph:
@@ -391,7 +391,7 @@ def _check_csr(indptr: np.ndarray, indices: np.ndarray, num_nodes: int) -> None:
 
 
 # ---- numba kernels ----------------------------------------------------------------------
-def _counting_sort(keys, values, n, weights):
+def counting_sort(keys, values, n, weights):
     """Group values by key: (indptr [n+1], values sorted stably by key, weights)."""
     counts = np.bincount(keys, minlength=n) if keys.size else np.zeros(n, np.int64)
     indptr = np.zeros(n + 1, np.int64)
@@ -450,7 +450,7 @@ def _permute_rows(indptr, indices, w_in, perm, rank, new_ptr, new_indices, w_out
 
 
 @numba.njit(cache=True, parallel=True)
-def _sort_rows(indptr, indices, weights, has_w):
+def sort_csr_rows(indptr, indices, weights, has_w):
     for v in numba.prange(indptr.size - 1):
         a, b = indptr[v], indptr[v + 1]
         if b - a < 2:
@@ -462,7 +462,7 @@ def _sort_rows(indptr, indices, weights, has_w):
 
 
 @numba.njit(cache=True)
-def _dedup_sorted(indptr, indices, weights, has_w):
+def dedup_sorted(indptr, indices, weights, has_w):
     keep = np.zeros(indices.size, np.int64)
     new_w = weights.copy()
     for v in range(indptr.size - 1):

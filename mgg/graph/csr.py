@@ -224,7 +224,7 @@ def _stream_indices(indptr, kept_ptr, vals, out, chunks):
 
 
 @dynamic
-def _build_csr(edges: list, n: int, symmetric: bool, target=None):
+def build_csr_emptying(edges: list, n: int, symmetric: bool, target=None):
     """CSR (indptr int64 [n+1], indices [E]) of the edges ``[src, dst]`` (the list is
     emptied so that the arrays can be freed early), and the distinct entries before
     trimming.
@@ -292,7 +292,7 @@ def _bucket_sort(edges: list, n: int, symmetric: bool, keyed: bool):
 def build_csr(src, dst, n: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64 [n+1], indices [E]) of the edges src -> dst [e]: self loops dropped,
     duplicates merged, rows sorted; ``symmetric`` adds every reverse edge."""
-    indptr, indices, _ = _build_csr([src, dst], n, symmetric)
+    indptr, indices, _ = build_csr_emptying([src, dst], n, symmetric)
     return indptr, indices
 
 

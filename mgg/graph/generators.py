@@ -20,7 +20,7 @@ from ..errors import InputError
 from ..hashing import GOLDEN, mix64
 from ..memory import csr_bytes, require
 from .core import Graph, index_dtype, inverse
-from .csr import _build_csr, build_csr
+from .csr import build_csr, build_csr_emptying
 from .dataset import Dataset, make_split
 
 __all__ = [
@@ -53,7 +53,7 @@ def _stream_key(seed: int, salt: int) -> np.uint64:
     return np.uint64(s.generate_state(1, np.uint64)[0])
 
 
-def _threshold(p: float) -> np.uint64:
+def threshold_u32(p: float) -> np.uint64:
     return np.uint64(min(max(int(p * 2.0**32), 0), 2**32))
 
 
@@ -137,7 +137,7 @@ def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progre
     else:
         perm = np.arange(2**scale, dtype=dt)
     key = _stream_key(seed, 2)
-    ta, tab, tabc = _threshold(a), _threshold(a + b), _threshold(a + b + c)
+    ta, tab, tabc = threshold_u32(a), threshold_u32(a + b), threshold_u32(a + b + c)
     src = np.empty(num_draws, index_dtype(n))
     dst = np.empty(num_draws, index_dtype(n))
     from ..progress import progress as bar
@@ -153,7 +153,7 @@ def _rmat_edges(num_draws, scale, n, a, b, c, seed, permute, rewire=None, progre
                     dst[e0:e1],
                     scale,
                     key,
-                    _threshold(rewire.prob),
+                    threshold_u32(rewire.prob),
                     rewire.order,
                     rewire.pos,
                     rewire.num_classes,
@@ -210,7 +210,7 @@ def rmat(
     n = 2**scale
     _require(f"rmat:scale={scale},ef={edge_factor}", n, edge_factor * n * (2 if symmetric else 1))
     edges = list(_rmat_edges(edge_factor * n, scale, n, a, b, c, seed, permute, progress=progress))
-    indptr, indices, _ = _build_csr(edges, n, symmetric)
+    indptr, indices, _ = build_csr_emptying(edges, n, symmetric)
     return _graph(indptr, indices, n, symmetric)
 
 
@@ -259,7 +259,7 @@ def _rmat_n(num_nodes, num_edges, a, b, c, seed, symmetric, progress, rewire) ->
     draws = min(cap, int(_draws_for(target, k, a, b, c, symmetric) * 1.08) + 64)
     while True:
         edges = list(_rmat_edges(draws, k, n, a, b, c, seed, True, rewire, progress))
-        indptr, indices, distinct = _build_csr(edges, n, symmetric, target)
+        indptr, indices, distinct = build_csr_emptying(edges, n, symmetric, target)
         if distinct >= target:
             break
         if draws >= cap:
@@ -384,12 +384,12 @@ def planted_partition(
     target = min(int(round(n * avg_degree)), n * (n - 1))
     dt = index_dtype(n)
     key = _stream_key(seed, 6)
-    t_in = _threshold(p_in if nc > 1 else 1.0)
+    t_in = threshold_u32(p_in if nc > 1 else 1.0)
     draws, cap = int(target / 2 * 1.1) + 16, int(_MAX_OVERSAMPLE * target / 2) + 1024
     while True:
         edges = [np.empty(draws, dt), np.empty(draws, dt)]
         _planted_fill(*edges, key, t_in, cum, order, y, starts, mass_lo, mass, 0)
-        indptr, indices, distinct = _build_csr(edges, n, True, target)
+        indptr, indices, distinct = build_csr_emptying(edges, n, True, target)
         if distinct >= target:
             break
         if draws >= cap:
@@ -430,9 +430,9 @@ def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass, e0)
     total = cum[n - 1]
     for t in numba.prange(src.size):
         base = np.uint64(e0 + t) * np.uint64(3)
-        r0 = _uniform(mix64(key + base * GOLDEN))
+        r0 = uniform_of(mix64(key + base * GOLDEN))
         r1 = mix64(key + (base + np.uint64(1)) * GOLDEN)
-        r2 = _uniform(mix64(key + (base + np.uint64(2)) * GOLDEN))
+        r2 = uniform_of(mix64(key + (base + np.uint64(2)) * GOLDEN))
         u = order[min(np.searchsorted(cum, r0 * total, side="right"), n - 1)]
         c = y[u]
         if (r1 & _LO32) < t_in:
@@ -449,7 +449,7 @@ def _planted_fill(src, dst, key, t_in, cum, order, y, starts, mass_lo, mass, e0)
 
 
 @numba.njit(inline="always")
-def _uniform(r):
+def uniform_of(r):
     """float64 in [0, 1) from the top 53 bits of r."""
     return np.float64(r >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 

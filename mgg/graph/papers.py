@@ -31,20 +31,20 @@ from ..hashing import key64
 from ..memory import csr_bytes, require
 from ..precision import BF16, row_dtype
 from .core import Graph, index_dtype
-from .csr import _build_csr, dynamic, merge_rows
+from .csr import build_csr_emptying, dynamic, merge_rows
 from .dataset import Dataset, NodeRows
 from .facts import facts
-from .generators import CENTROID_NORM, _threshold
+from .generators import CENTROID_NORM, threshold_u32
 from .sampling import (
-    _blocks,
-    _class_order,
-    _classes,
-    _classes_of_range,
-    _draw,
-    _features,
-    _gather,
-    _guide,
-    _weights,
+    class_blocks,
+    class_order,
+    classes_of,
+    classes_of_range,
+    draw_edges,
+    draw_features,
+    draw_weights,
+    gather_rows,
+    guide_table,
 )
 
 __all__ = ["PAPERS100M", "DrawnFeatures", "Papers", "PapersDataset", "parse_papers"]
@@ -125,7 +125,7 @@ class Papers:
         """int64 [len(ids)]: the class of each node (a hash of its id)."""
         ids = np.ascontiguousarray(ids, np.int64)
         out = np.empty(ids.size, np.int64)
-        _classes(ids, self.key(_SALT_CLASS), self.classes, out)
+        classes_of(ids, self.key(_SALT_CLASS), self.classes, out)
         return out
 
     def sampler(self) -> _Sampler:
@@ -134,17 +134,17 @@ class Papers:
         n = self.num_nodes
         require(NODE_BYTES * n, f"the node weights of {n:,} nodes", self.spec)
         y = np.empty(n, np.int16)
-        _classes_of_range(self.key(_SALT_CLASS), self.classes, y)
+        classes_of_range(self.key(_SALT_CLASS), self.classes, y)
         order = np.empty(n, index_dtype(n))
         starts = np.zeros(self.classes + 1, np.int64)
-        _class_order(y, self.classes, _blocks(n), order, starts)
+        class_order(y, self.classes, class_blocks(n), order, starts)
         del y
         theta = np.empty(n, np.float64)
         avg_degree = self.entries / n
-        _weights(self.key(_SALT_WEIGHT), theta)
+        draw_weights(self.key(_SALT_WEIGHT), theta)
         np.minimum(theta, max(theta.mean() * n / 4.0 / max(avg_degree, 1e-9), 1.0), out=theta)
         cum = np.empty(n, np.float64)
-        _gather(theta, order, cum)
+        gather_rows(theta, order, cum)
         del theta
         np.cumsum(cum, out=cum)
         edges = np.where(starts > 0, cum[np.maximum(starts - 1, 0)], 0.0)  # mass below each start
@@ -152,7 +152,7 @@ class Papers:
         mass = edges[1:] - mass_lo
         guide = np.empty(GUIDE_PER_NODE * n + 1, np.int32)
         scale = (guide.size - 1) / cum[-1]
-        _guide(cum, scale, guide)
+        guide_table(cum, scale, guide)
         return _Sampler(cum, order, starts, mass_lo, mass, guide, scale)
 
     def require_slice(self, size: int) -> None:
@@ -169,9 +169,9 @@ class Papers:
         s = sampler or self.sampler()
         dt = index_dtype(self.num_nodes)
         src, dst = np.empty(hi - lo, dt), np.empty(hi - lo, dt)
-        t_in = _threshold(self.p_in if self.classes > 1 else 1.0)
+        t_in = threshold_u32(self.p_in if self.classes > 1 else 1.0)
         key = self.key(_SALT_EDGE)
-        _draw(
+        draw_edges(
             src, dst, key, t_in, s.cum, s.order, s.starts, s.mass_lo, s.mass, s.guide, s.scale, lo
         )
         return src, dst
@@ -199,7 +199,7 @@ class Papers:
         bf16 = d == BF16
         out = np.empty((ids.size, self.features), BF16 if bf16 else np.float32)
         args = (ids, y, self.centroids(), np.float32(self.noise), self.key(_SALT_X))
-        _features(*args, out.view(np.uint16) if bf16 else out, bf16)
+        draw_features(*args, out.view(np.uint16) if bf16 else out, bf16)
         return out if bf16 or d == np.float32 else out.astype(d)
 
     def centroids(self) -> np.ndarray:
@@ -253,7 +253,7 @@ class Papers:
         done, draws, rounds, rows = 0, self.num_draws, 0, None
         while draws is not None:
             edges = list(clock("draws", self.draws, done, draws, sampler))
-            part = clock("csr", _build_csr, edges, self.num_nodes, True)[:2]
+            part = clock("csr", build_csr_emptying, edges, self.num_nodes, True)[:2]
             rows = part if rows is None else clock("csr", merge_rows, rows, part)
             del part
             done, rounds = draws, rounds + 1

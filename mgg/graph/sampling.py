@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from ..hashing import GOLDEN, mix64
-from .generators import _uniform
+from .generators import uniform_of
 
 _ROW_BLOCK = 256  # feature rows per task
 _DRAW_BLOCK = 4096  # draws per task
@@ -21,26 +21,26 @@ _LO32 = np.uint64(0xFFFFFFFF)
 
 
 @numba.njit(parallel=True, cache=True)
-def _classes(ids, key, classes, out):
+def classes_of(ids, key, classes, out):
     for i in numba.prange(ids.size):
         out[i] = np.int64(mix64(key + np.uint64(ids[i]) * GOLDEN) % np.uint64(classes))
 
 
 @numba.njit(parallel=True, cache=True)
-def _classes_of_range(key, classes, out):
-    """out[i] = the class of node i (as _classes), for i in 0..len(out)-1."""
+def classes_of_range(key, classes, out):
+    """out[i] = the class of node i (as classes_of), for i in 0..len(out)-1."""
     for i in numba.prange(out.size):
         out[i] = mix64(key + np.uint64(i) * GOLDEN) % np.uint64(classes)
 
 
-def _blocks(n: int) -> np.ndarray:
+def class_blocks(n: int) -> np.ndarray:
     """int64 [B+1]: node ids in blocks, four per thread."""
     parts = max(1, min(4 * numba.get_num_threads(), n))
     return np.linspace(0, n, parts + 1).astype(np.int64)
 
 
 @numba.njit(parallel=True, cache=True)
-def _class_order(y, classes, blocks, order, starts):
+def class_order(y, classes, blocks, order, starts):
     """order: the nodes sorted by class, stably (argsort(y, kind="stable")), a counting
     sort over blocks of node ids; starts [C+1]: each class's first position."""
     nb = blocks.size - 1
@@ -65,7 +65,7 @@ def _class_order(y, classes, blocks, order, starts):
 
 
 @numba.njit(parallel=True, cache=True)
-def _gather(values, order, out):
+def gather_rows(values, order, out):
     for i in numba.prange(out.size):
         out[i] = values[order[i]]
 
@@ -77,7 +77,7 @@ def _bucket(p, scale, k):
 
 
 @numba.njit(parallel=True, cache=True)
-def _guide(cum, scale, guide):
+def guide_table(cum, scale, guide):
     """guide[b] = #{i: _bucket(cum[i]) < b} for b in 0..K: the buckets from the one of
     cum[i-1] (exclusive) to the one of cum[i] start at i."""
     n, k = cum.size, guide.size - 1
@@ -113,7 +113,7 @@ def _class_at(starts, i, per_position):
 
 
 @numba.njit(parallel=True, cache=True)
-def _draw(src, dst, key, t_in, cum, order, starts, mass_lo, mass, guide, scale, e0):
+def draw_edges(src, dst, key, t_in, cum, order, starts, mass_lo, mass, guide, scale, e0):
     """Draws e0.. into (src, dst): planted_partition's stream (generators._planted_fill),
     each search through the guide; in groups of _GROUP draws, each step's loads for the
     whole group issued together, so that their cache misses overlap."""
@@ -136,9 +136,9 @@ def _draw(src, dst, key, t_in, cum, order, starts, mass_lo, mass, guide, scale, 
             m = min(_GROUP, last - g)
             for q in range(m):  # the hashes, u's bucket
                 base = np.uint64(e0 + g + q) * np.uint64(3)
-                p[q] = _uniform(mix64(key + base * GOLDEN)) * total
+                p[q] = uniform_of(mix64(key + base * GOLDEN)) * total
                 r1[q] = mix64(key + (base + np.uint64(1)) * GOLDEN)
-                r2[q] = _uniform(mix64(key + (base + np.uint64(2)) * GOLDEN))
+                r2[q] = uniform_of(mix64(key + (base + np.uint64(2)) * GOLDEN))
                 b = _bucket(p[q], scale, k)
                 j[q], end[q] = guide[b], guide[b + 1]
             for q in range(m):  # u's position and class, v's weight and bucket
@@ -162,11 +162,11 @@ def _draw(src, dst, key, t_in, cum, order, starts, mass_lo, mass, guide, scale, 
 
 
 @numba.njit(parallel=True, cache=True)
-def _weights(key, out):
+def draw_weights(key, out):
     """Pareto weights of tail exponent 1.5 (degrees of exponent 2.5), node i's from a hash
     of i."""
     for i in numba.prange(out.size):
-        u = _uniform(mix64(key + np.uint64(i) * GOLDEN))
+        u = uniform_of(mix64(key + np.uint64(i) * GOLDEN))
         out[i] = (1.0 - u) ** (-1.0 / 1.5)
 
 
@@ -181,7 +181,7 @@ def _feature(key, base, j, c, cent, noise):
 
 
 @numba.njit(parallel=True, cache=True)
-def _features(ids, y, cent, noise, key, out, bf16):
+def draw_features(ids, y, cent, noise, key, out, bf16):
     """Rows of x into out: float32 [n, F], or (bf16) uint16 [n, F], bfloat16's words of
     the float32 values rounded to nearest even."""
     f = out.shape[1]

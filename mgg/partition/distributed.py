@@ -26,10 +26,10 @@ from ..errors import MggError
 from ..graph.core import (
     GRAPH_KINDS,
     GraphError,
-    _counting_sort,
-    _sort_rows,
     check_gcn_weights,
+    counting_sort,
     index_dtype,
+    sort_csr_rows,
 )
 from ..graph.dataset import check_train_selects
 from ..graph.formats.slices import EdgeSlice, read_edge_slice, read_node_rows, source_checksum
@@ -41,7 +41,7 @@ from ..progress import progress
 from .node_split import node_split, owner_of
 from .order import Order, OrderError, check_one, degree_order, graph_fingerprint
 from .order import read as read_order
-from .plan import PartitionPlan, _rank_plan, plan_stats
+from .plan import PartitionPlan, plan_stats, rank_plan
 from .shards import (
     begin,
     commit,
@@ -101,11 +101,11 @@ def build_plan_distributed(
 
     # forward rows: every edge to the owner of its destination
     f_src, f_dst, f_w = _exchange(comm, owner_of(bounds, dst), src, dst, w)
-    row_ptr, row_src, row_w = _counting_sort(f_dst.astype(np.int64) - lb, f_src, ub - lb, f_w)
+    row_ptr, row_src, row_w = counting_sort(f_dst.astype(np.int64) - lb, f_src, ub - lb, f_w)
     del f_src, f_dst, f_w
     if sort_rows:
         has_w = row_w is not None
-        _sort_rows(row_ptr, row_src, row_w if has_w else np.empty(0, np.float32), has_w)
+        sort_csr_rows(row_ptr, row_src, row_w if has_w else np.empty(0, np.float32), has_w)
     if add_loops:
         row_ptr, row_src, row_w = _append_loops(row_ptr, row_src, row_w, lb)
     need_t = transposed or part.symmetric
@@ -119,8 +119,8 @@ def build_plan_distributed(
             if t_w is not None:
                 t_w = np.concatenate([t_w, np.ones(own.size, np.float32)])
         # rows by source (a stable counting sort), then each row by destination (stable)
-        t_ptr, t_dst, t_w = _counting_sort(t_src.astype(np.int64) - lb, t_dst, ub - lb, t_w)
-        _sort_rows(
+        t_ptr, t_dst, t_w = counting_sort(t_src.astype(np.int64) - lb, t_dst, ub - lb, t_w)
+        sort_csr_rows(
             t_ptr, t_dst, t_w if t_w is not None else np.empty(0, np.float32), t_w is not None
         )
         t_src = np.repeat(np.arange(lb, ub, dtype=idt), np.diff(t_ptr))
@@ -157,9 +157,9 @@ def build_plan_distributed(
 
     mark = np.full(n, -1, np.int32)
     args = (rank, bounds, ps, num_edges)
-    plan = _rank_plan(*args, symmetric, mark, row_ptr, row_src, row_w, norm=norm)
+    plan = rank_plan(*args, symmetric, mark, row_ptr, row_src, row_w, norm=norm)
     if t_rows is not None and transposed:
-        t = _rank_plan(*args, False, mark, *t_rows[:3], norm=norm)
+        t = rank_plan(*args, False, mark, *t_rows[:3], norm=norm)
         plan = replace(plan, _transposed=t)
     return plan
 
@@ -345,7 +345,7 @@ def _rows_equal(a, b) -> bool:
         return False
     ia = ia.copy()
     wa = None if wa is None else wa.copy()
-    _sort_rows(pa, ia, wa if wa is not None else np.empty(0, np.float32), wa is not None)
+    sort_csr_rows(pa, ia, wa if wa is not None else np.empty(0, np.float32), wa is not None)
     if not np.array_equal(ia, ib):
         return False
     if wa is None or np.array_equal(wa, wb):

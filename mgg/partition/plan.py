@@ -392,7 +392,7 @@ def build_plan(
             lb, ub = int(bounds[r]), int(bounds[r + 1])
             rows = _row_slice(graph, lb, ub)
             norm = graph.norm
-            fwd = _rank_plan(r, bounds, ps, graph.num_edges, symmetric, mark, *rows, norm=norm)
+            fwd = rank_plan(r, bounds, ps, graph.num_edges, symmetric, mark, *rows, norm=norm)
             bar.update()
             t = None
             if need_t:
@@ -401,7 +401,7 @@ def build_plan(
                     if gt is not None
                     else column_slice(graph.indptr, graph.indices, graph.weights, lb, ub)
                 )
-                t = _rank_plan(r, bounds, ps, graph.num_edges, False, mark, *rows, norm=norm)
+                t = rank_plan(r, bounds, ps, graph.num_edges, False, mark, *rows, norm=norm)
                 bar.update()
             plans.append(replace(fwd, _transposed=t) if t is not None else fwd)
     return plans if rank is None else plans[0]
@@ -455,7 +455,7 @@ def job_plan(
     for r in range(p) if rank is None else [rank]:
         rows = _row_slice(graph, int(bounds[r]), int(bounds[r + 1]))
         args = (r, bounds, ps, num_edges, symmetric, mark, *rows)
-        plans.append(_rank_plan(*args, norm=norm, loops=loops))
+        plans.append(rank_plan(*args, norm=norm, loops=loops))
     return plans if rank is None else plans[0]
 
 
@@ -505,7 +505,7 @@ def _row_slice(g: Graph, lb: int, ub: int):
     return g.indptr[lb : ub + 1] - a, g.indices[a:b], w
 
 
-def _rank_plan(
+def rank_plan(
     rank, bounds, ps, num_edges, symmetric, mark, indptr, indices, weights, norm=None, loops="as_is"
 ):
     """Rank ``rank``'s plan of its rows' in-edges; ``norm``: every node's factor of the

@@ -24,7 +24,7 @@ import numpy as np
 from ...atomic import atomic_write, sweep, temp_path
 from ...memory import available_bytes, require
 from ...progress import progress
-from ..core import _counting_sort, _dedup_sorted, _sort_rows, index_dtype
+from ..core import counting_sort, dedup_sorted, index_dtype, sort_csr_rows
 from ..dataset import MASKS
 from ._common import err, open_binary
 from ._csv import csv_row_blocks
@@ -366,13 +366,13 @@ def _sort_range(scratch, k, a, b, undirected, idt, degrees) -> np.ndarray:
     """Range k (rows a..b-1) sorted: its indices in CSR order (merged when undirected,
     each row's degree then set in ``degrees``)."""
     pairs = np.fromfile(os.path.join(scratch, f"{k}"), idt).reshape(-1, 2)
-    ptr, ind, _ = _counting_sort(pairs[:, 0].astype(np.int64) - a, pairs[:, 1].copy(), b - a, None)
+    ptr, ind, _ = counting_sort(pairs[:, 0].astype(np.int64) - a, pairs[:, 1].copy(), b - a, None)
     del pairs
     if not undirected:
         return ind
     none = np.empty(0, np.float32)
-    _sort_rows(ptr, ind, none, False)
-    keep, _ = _dedup_sorted(ptr, ind, none, False)
+    sort_csr_rows(ptr, ind, none, False)
+    keep, _ = dedup_sorted(ptr, ind, none, False)
     kept = np.zeros(ind.size + 1, np.int64)
     np.cumsum(keep, out=kept[1:])
     degrees[a:b] = kept[ptr[1:]] - kept[ptr[:-1]]
