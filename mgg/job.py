@@ -4,7 +4,7 @@ how it holds memory (recompute, offload, output rows, streamed rows), where it r
 
 Every parameter of a job has one home, a field of :class:`Job` with its default and help,
 from which each command's flag is made (``mgg.cli.common.job_args``: train, plan, predict,
-embed, check). A value enters once, through :meth:`Job.parse`, which refuses it naming the
+embed, check, tune). A value enters once, through :meth:`Job.parse`, which refuses it naming the
 flag; past that, code reads the fields. The memory plan takes a Job and returns it with
 what it decided (:func:`mgg.footprint.planned`: ``offload``, ``stream_rows``); a model is
 built from the Job (:meth:`Job.build_model`), never changed after.
@@ -105,7 +105,7 @@ class Job:
         """A Job from ``values`` (parameter name -> value; None: the default), each checked,
         refused naming its flag (``label(name)``, default ``--name``)."""
         label = label or (lambda name: "--" + name.replace("_", "-"))
-        known = {f.name for f in fields(cls)}
+        known = [f.name for f in fields(cls) if f.name != "knobs"]
         for name in values:
             if name not in known:
                 raise InputError(f"unknown job parameter {name!r}; the job has {', '.join(known)}")
