@@ -33,7 +33,8 @@ NORM_SAVES_PER_ENTRY = 4
 ACTIVATION_COPIES = 6  # [rows, hidden] tensors a layer holds at the peak (kept, grads, temps)
 # [rows, classes] tensors: the last layer's output and its gradient over every row, and
 # what the loss and the evaluation take of the labeled rows (float32): 2.4 copies measured
-# on papers100m (1% labeled), 5.0 on a planted graph with 1,000 classes (all labeled)
+# on papers100m (1% labeled: bench/papers.py), 5.0 on a planted graph with 1,000 classes
+# (all labeled: bench/memory_estimate.py)
 OUTPUT_COPIES = 2.5
 LABELED_COPIES = 2.5
 # with the output layer computed for the labeled rows only (--output-rows labeled): [rows,
@@ -45,14 +46,15 @@ PICKED_COPIES = 2
 # gives freed blocks back to the kernel (mgg.process.fit_allocator) and holds fewer of
 # them at its peak: these shares of the parts above (but never less than RETURN_ABOVE),
 # measured on papers100m (bf16, scale 0.01: gcn, sage, gin, gat at P = 1 and 4; 0.05: gcn
-# at P = 1, 2, 4; plan / peak 0.84-1.18)
+# at P = 1, 2, 4; plan / peak 0.84-1.18: bench/papers.py, docs/data.md)
 RETURN_ABOVE = 256 << 20
 RETURNED_ACTIVATIONS = 0.6
 RETURNED_ATTENTION = 0.55
 # a node order (mgg.partition.order): the permuted CSR beside the graph's, and for rcm and
 # metis the symmetric structure they order (E entries, 2E for a directed graph) while they
 # compute, per entry: A + A^T and scipy's temporaries; for METIS its int64 copy and its
-# coarsened graphs (products stand-in, 12.4M entries: 1,195 MB above natural's peak)
+# coarsened graphs (products stand-in, 12.4M entries: 1,195 MB above natural's peak;
+# rcm: bench/memory_estimate.py --command check, its "rcm order" case)
 ORDER_STRUCTURE_PER_EDGE = {"rcm": 30, "metis": 110}
 # the GPU (--backend cuda): the CUDA context, cuBLAS's and torch's and cupy's pools at rest;
 # not calibrated on a GPU yet (docs/data.md)
