@@ -23,8 +23,13 @@ import torch
 
 import mgg.distgraph
 import mgg.torch as mt
+import mgg.torch.aggregation
+import mgg.torch.collectives
+import mgg.torch.dropouts
+import mgg.torch.gat_softmax
+import mgg.torch.inputs
+import mgg.torch.interop
 import mgg.torch.message
-import mgg.torch.ops
 from mgg.graph.generators import planted_partition
 from mgg.job import build_optimizer
 from mgg.prepare import prepare
@@ -34,14 +39,17 @@ from common import RESULTS, csv_list, write_results
 
 LOSS_RTOL, UPDATE_RTOL = 1e-3, 2e-2  # the test's
 BEFORE = dict(loss_rtol=1e-5, loss_atol=1e-7, rtol=1e-5, atol=1e-6)  # its former ones
+# the modules where kernels' outputs become tensors
+KERNELS = (mgg.torch.aggregation, mgg.torch.gat_softmax, mgg.torch.collectives,
+           mgg.torch.dropouts, mgg.torch.inputs, mgg.torch.message)  # fmt: skip
 STEPS, STALE_FROM = 9, 3  # WARMUP eager steps, then the captured one
 
 
 def run(ds, model: str, noise: int | None, stale: bool, seed: int = 1):
     """(losses [STEPS], initial and final weights) of eager CPU steps, perturbed as asked."""
     rng = np.random.default_rng(seed)
-    as_tensor, key64 = mgg.torch.ops.as_tensor, mgg.distgraph.key64
-    kernels = (mgg.torch.ops, mgg.torch.message)  # where kernels' outputs become tensors
+    as_tensor, key64 = mgg.torch.interop.as_tensor, mgg.distgraph.key64
+    kernels = KERNELS
 
     def noisy(a):
         t = as_tensor(a)

@@ -134,7 +134,7 @@ def main():
         "mostly the input's form, not the aggregation. GCNII's 64 layers of 64 channels "
         "are dense GEMMs and aggregations on both sides: three 2708 x 64 x 64 GEMMs a layer "
         "(about 25 of mgg's 85 ms a step) are the same work for both; mgg's GCN2Conv runs "
-        "as one op (mgg.torch.ops.gcn2) whose backward scales and sums in the GEMM."
+        "as one op (mgg.torch.aggregation.gcn2) whose backward scales and sums in the GEMM."
     )
     cols = list(table[0])
     write_results(

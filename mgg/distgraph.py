@@ -80,7 +80,7 @@ class DistGraph:
         self._turn: dict = {}
         self.stats = {"aggregations": 0, "remote_bytes": 0, "setup_seconds": 0.0}
         self._halo = self._edge_transpose = None
-        self.cache: dict = {}  # what layers derive from the plan once (index tensors)
+        self.plan_arrays = None  # mgg.torch's PlanArrays: what layers read of the plan
         self.kind, self.source = kind, source
         self._derived: dict = {}
         # a restricted graph (restricted): its output rows (int64 [L]) and the graph it
@@ -88,6 +88,8 @@ class DistGraph:
         self.rows, self.full = None, None
         self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
+        # mgg.torch's GradSync, on g.keys: the gradient sync at the end of a backward pass
+        self.grad_sync = None
         # a captured step's keys: int64 [SLOTS] on the device that dropout kernels read
         # their key from, set while its body runs (mgg.torch.graphs); None: by value
         self.key_slots = None

@@ -154,7 +154,7 @@ def test_dropout_keeps_the_float32_entries_and_rounds_their_product_once(rng):
 ROW_OPS_PEAK = """
 import sys, threading, time
 import torch
-from mgg.torch import ops
+from mgg.torch import aggregation as ops
 ops.ROW_BLOCK_BYTES = 16 << 20
 t = torch.randn(1 << 20, 128).to(torch.bfloat16)
 inv = torch.rand(1 << 20, 1)
@@ -186,7 +186,7 @@ def test_mean_and_gin_gradients_round_once_a_block_of_rows_at_a_time(rng, monkey
     import subprocess
     import sys
 
-    from mgg.torch import ops
+    from mgg.torch import aggregation as ops
 
     t = torch.from_numpy(rng.standard_normal((1000, 24)).astype(np.float32)).bfloat16()
     u = torch.from_numpy(rng.standard_normal((1000, 24)).astype(np.float32)).bfloat16()
@@ -232,7 +232,7 @@ def test_prepare_takes_torch_bfloat16_and_layers_keep_bf16_rows():
 
 
 def test_gcn2_in_bf16_is_float32s_up_to_rounding():
-    """GCN2Conv's fused op (mgg.torch.ops.gcn2) in bf16: rows and output bf16, the
+    """GCN2Conv's fused op (mgg.torch.aggregation.gcn2) in bf16: rows and output bf16, the
     weight's gradient float32, both within bf16's rounding of the float32 run's."""
     ds = resolve("planted:nodes=200,classes=3,features=8")
     got = {}

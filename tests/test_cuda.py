@@ -1013,7 +1013,7 @@ def test_gin_eps_on_the_gpu_is_never_read_and_its_gradient_equals_scipy(rng):
 
     import mgg.torch as mt
     from mgg.distgraph import DistGraph
-    from mgg.torch.ops import _Aggregate
+    from mgg.torch.aggregation import _Aggregate
 
     g = random_graph(rng, 500, 4000, hub_dst=True).remove_self_loops()
     dg = DistGraph.build(g, None, backend="cuda", ps=4)

@@ -18,8 +18,8 @@ from mgg.job import build_optimizer
 from mgg.memory import budget_for
 from mgg.prepare import prepare
 from mgg.torch import MODELS, build_model
+from mgg.torch.interop import copy_thread
 from mgg.torch.offload import offloaded
-from mgg.torch.ops import _copy_thread
 from mgg.train import Trainer
 
 from conftest import gpu, mpi_runs, run_mgg
@@ -94,7 +94,7 @@ def test_a_tensor_saved_twice_is_moved_once_and_a_reused_block_is_not_mistaken(m
         a = torch.from_numpy(block)
         first = a * u  # saves a
         del a
-        _copy_thread().submit(lambda: None).result()  # a's copy is done
+        copy_thread().submit(lambda: None).result()  # a's copy is done
         block *= -2.0  # the block now holds other rows, as a freed one reused does
         b = torch.from_numpy(block)  # another tensor: same block, shape, strides, version
         second = b * u  # saves b

@@ -252,7 +252,7 @@ def test_a_new_layer_is_one_class(rng):
     g = graph(rng)
     dg = DistGraph.build(g, None, ps=3, dtype=np.float64)
     x = torch.randn(N, 3, dtype=torch.float64)
-    d, s = mt.ops.edge_ids(dg)
+    d, s = mt.edge_ids(dg)
     w = torch.rand(len(d), dtype=torch.float64)
     y = EdgeMax()(x, dg, w)
     want = x.clone()
@@ -261,6 +261,27 @@ def test_a_new_layer_is_one_class(rng):
         if sel.size:
             want[v] += (x[torch.as_tensor(s[sel])] * w[sel, None]).max(0).values
     torch.testing.assert_close(y, want)
+
+
+class DoubledMean(mt.MessagePassing):
+    """A user's layer whose aggregate has PyG's signature (no graph): twice the mean."""
+
+    def __init__(self):
+        super().__init__(aggr="mean")
+
+    def aggregate(self, inputs, index, ptr=None, dim_size=None):
+        return 2 * super().aggregate(inputs, index, ptr, dim_size)
+
+
+def test_an_aggregate_with_pygs_signature_gets_no_graph_and_none_is_parked(rng):
+    """propagate hands the graph to an aggregate that takes ``graph`` (the base's: mgg's
+    segment sum), and calls one with PyG's signature without it (a scatter)."""
+    dg = DistGraph.build(graph(rng), None, ps=3, dtype=np.float64)
+    x = torch.randn(N, 3, dtype=torch.float64)
+    layer = DoubledMean()
+    y = layer.propagate(dg, x=x)
+    torch.testing.assert_close(y, 2 * mt.MessagePassing(aggr="mean").propagate(dg, x=x))
+    assert not hasattr(layer, "_graph")
 
 
 def test_layers_refuse_a_graph_they_cannot_use(rng):

@@ -102,20 +102,21 @@ def test_attention_equals_the_softmax_torch_computes_edge_by_edge(rng, dtype):
 def test_pyg_widths_aggregates_where_pyg_does_and_computes_the_same(
     rng, monkeypatch, kind, fin, fout
 ):
-    import mgg.torch.layers as layers
+    from mgg.torch.layers import gcn, gin, sage
 
     g = graph_for(kind, random_graph(rng, 40, 200, hub_dst=True, isolated=3))
     ours, theirs = pair(kind, fin, fout)
     dg = DistGraph.build(g, None, ps=3)
     widths = []
-    real = layers.aggregate
-    monkeypatch.setattr(
-        layers, "aggregate", lambda x, *a, **k: widths.append(x.shape[1]) or real(x, *a, **k)
-    )
+    real = mt.aggregate
+    for family in (gcn, sage, gin):
+        monkeypatch.setattr(
+            family, "aggregate", lambda x, *a, **k: widths.append(x.shape[1]) or real(x, *a, **k)
+        )
     x = torch.randn(40, fin)
     xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
     ya = ours(xa, dg)
-    with mt.pyg_widths():
+    with mt.pyg_widths(ours):
         yb = ours(xb, dg)
     torch.testing.assert_close(ya, yb, atol=1e-5, rtol=1e-5)
     w = torch.randn_like(ya)
@@ -256,19 +257,28 @@ def test_a_captured_steps_key_slots_draw_the_eager_steps_masks(rng):
 def test_every_function_over_mgg_kernels_runs_cupy_on_torchs_stream():
     """Autograd runs a CUDA backward on a thread of its own, where CuPy's stream is its
     default while torch's is the forward's (a captured step's): every autograd Function
-    of ops and message is an Op, whose forward and backward follow torch's stream."""
-    import mgg.torch.message as message
-    import mgg.torch.ops as ops
+    of the ops' modules and message is an Op, whose forward and backward follow torch's
+    stream."""
+    from mgg.torch import (
+        aggregation,
+        collectives,
+        dropouts,
+        gat_softmax,
+        inputs,
+        interop,
+        message,
+        recompute,
+    )
 
     found = [
         c
-        for m in (ops, message)
+        for m in (aggregation, gat_softmax, collectives, dropouts, inputs, recompute, message)
         for c in vars(m).values()
-        if isinstance(c, type) and issubclass(c, torch.autograd.Function) and c is not ops.Op
+        if isinstance(c, type) and issubclass(c, torch.autograd.Function) and c is not interop.Op
     ]
     assert len(found) >= 10
     for c in found:
-        assert issubclass(c, ops.Op), c
+        assert issubclass(c, interop.Op), c
         for name in ("forward", "backward"):
             assert getattr(c, name).__wrapped__ is not None, (c, name)
 
@@ -496,7 +506,7 @@ def test_gin_aggregate_and_its_eps_gradient_equal_scipy(rng, monkeypatch, eps_st
     """(1 + eps) x + A x, dx = (1 + eps) w + Aᵀ w and d eps = <x, w> against scipy, both
     ways: eps read by the kernel (the CPU), and eps left on the device with eps x added
     after the kernel (what a GPU does: _Aggregate.eps_stays, forced here)."""
-    from mgg.torch.ops import _Aggregate
+    from mgg.torch.aggregation import _Aggregate
 
     if eps_stays:
         monkeypatch.setattr(_Aggregate, "eps_stays", staticmethod(lambda eps, x: eps is not None))

@@ -323,7 +323,7 @@ def measure(trainer, model, ds, epochs, backend: str = "cuda") -> dict:
 
         def same_widths():
             def step():
-                with mt.pyg_widths():
+                with mt.pyg_widths(trainer.model):
                     trainer.train_step()
 
             return step

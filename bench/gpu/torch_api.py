@@ -81,6 +81,11 @@ RERECORD = (
 class Use:
     keywords: set[str] = field(default_factory=set)
     sites: list[str] = field(default_factory=list)
+    keyword_sites: dict[str, list[str]] = field(default_factory=dict)  # the calls passing each
+
+    def site(self, keywords=()) -> str:
+        """The first site, or the first call passing the first of ``keywords``."""
+        return self.keyword_sites[keywords[0]][0] if keywords else self.sites[0]
 
 
 def _aliases(imports) -> dict[str, str]:
@@ -130,10 +135,14 @@ def scan_source(text: str, where: str, paths: dict, names: dict) -> None:
 
     def add(table, key, node):
         use = table.setdefault(key, Use())
-        use.sites.append(f"{where}:{node.lineno}")
+        site = f"{where}:{node.lineno}"
+        use.sites.append(site)
         up = parent.get(node)
         if isinstance(up, ast.Call) and up.func is node:
-            use.keywords.update(k.arg for k in up.keywords if k.arg)
+            for k in up.keywords:
+                if k.arg:
+                    use.keywords.add(k.arg)
+                    use.keyword_sites.setdefault(k.arg, []).append(site)
 
     for node in imports:
         for a in node.names:
@@ -164,7 +173,8 @@ def scan(roots=ROOTS, base: Path = ROOT) -> tuple[dict, dict]:
             where = f.relative_to(base).as_posix() if f.is_relative_to(base) else str(f)
             scan_source(f.read_text(), where, paths, names)
     for use in (*paths.values(), *names.values()):
-        use.sites.sort(key=lambda site: (site.rsplit(":", 1)[0], int(site.rsplit(":", 1)[1])))
+        for sites in (use.sites, *use.keyword_sites.values()):
+            sites.sort(key=lambda site: (site.rsplit(":", 1)[0], int(site.rsplit(":", 1)[1])))
     return paths, names
 
 
@@ -376,7 +386,7 @@ def check(manifest: dict, paths: dict, names: dict, dev=None) -> Report:
             if bad:
                 r.missing.append(
                     f"{p}({', '.join(k + '=' for k in bad)}): torch {version}'s signature "
-                    f"takes no such keyword  ({site})"
+                    f"takes no such keyword  ({use.site(bad)})"
                 )
     dev = dev or installed_reader()
     if dev is None:
@@ -407,7 +417,7 @@ def check(manifest: dict, paths: dict, names: dict, dev=None) -> Report:
                 if bad:
                     r.missing.append(
                         f"{key}.{n}({', '.join(k + '=' for k in bad)}): torch {version}'s "
-                        f"signature takes no such keyword  ({site})"
+                        f"signature takes no such keyword  ({use.site(bad)})"
                     )
     return r
 

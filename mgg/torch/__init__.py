@@ -11,6 +11,13 @@ optimizer, ``offloaded`` (what autograd saves kept in host memory until the back
 pass: any model's forward; mgg's set ``offload``), and the registered models.
 """
 
+from .aggregation import aggregate, halo
+from .checks import InputRows, check_rows
+from .collectives import all_reduce, sync_gradients
+from .dropouts import dropout, edge_dropout, edge_ids, edge_index
+from .gat_softmax import attention
+from .inputs import ChunkedRows, HostRows, SparseRows, as_features, linear
+from .interop import as_array, as_tensor
 from .layers import (
     APPNP,
     MLP,
@@ -28,26 +35,6 @@ from .layers import (
 from .message import MessagePassing, scatter, softmax
 from .models import GAT, GCN, GIN, MODELS, SAGE, build_model, graph_kind
 from .offload import Offloaded, offloaded
-from .ops import (
-    ChunkedRows,
-    HostRows,
-    InputRows,
-    SparseRows,
-    aggregate,
-    all_reduce,
-    as_array,
-    as_features,
-    as_tensor,
-    attention,
-    check_rows,
-    dropout,
-    edge_dropout,
-    edge_ids,
-    edge_index,
-    halo,
-    linear,
-    sync_gradients,
-)
 from .rows import DistributedModel, Rows
 from .saved import load_model, save_model
 

@@ -10,7 +10,7 @@ host fills before each step with the keys an eager step passes by value
 (key64(seed, step, k) for its k-th mask), so a replayed step draws an eager step's masks.
 
 While capturing, CuPy launches on the capturing stream (in autograd's backward thread
-too: mgg.torch.ops.Op) and allocates from torch's graph pool: a block from CuPy's own
+too: mgg.torch.interop.Op) and allocates from torch's graph pool: a block from CuPy's own
 pool would be freed after the capture and handed out again under the graph's feet.
 One rank only: a step with peers exchanges halo rows and gradients through MPI on the
 host.

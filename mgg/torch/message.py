@@ -4,7 +4,8 @@ ApplyEdge, Gather, ApplyVertex).
 ``propagate(g, **kwargs)`` calls the subclass's ``message(x_j, x_i, edge_attr, ...)``
 over this rank's in-edges, each edge once on the rank of its destination: ``*_j`` are the
 sources' rows (this rank's, or a peer's through the halo), ``*_i`` the destinations';
-then ``aggregate`` (sum, mean, max, min at each destination) and ``update``. Autograd
+then ``aggregate`` (sum, mean, max, min at each destination; handed the graph as
+``graph`` where its signature takes it) and ``update``. Autograd
 runs through all of it. A subclass that has a ``message_and_aggregate(g, ...)`` (mgg's
 fused kernels: GCNConv, GATConv) runs it instead while ``fuse`` is True; with
 ``fuse = False`` the same layer runs the generic path (bench/message_passing.py).
@@ -17,12 +18,15 @@ from __future__ import annotations
 
 import inspect
 
-import numpy as np
 import torch
 from torch import nn
 
 from ..errors import InputError
-from .ops import Op, _attention_csr, _held, as_array, as_tensor, check_graph, edge_index, halo
+from .aggregation import halo
+from .checks import check_graph
+from .dropouts import edge_index
+from .interop import Op, as_array, as_tensor
+from .plan_arrays import PlanArrays
 
 AGGRS = {"add": "sum", "sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}
 
@@ -37,22 +41,6 @@ def scatter(msg: torch.Tensor, index: torch.Tensor, n: int, reduce: str = "sum")
         return out.index_add(0, index, msg)
     idx = index.view(-1, *[1] * (msg.ndim - 1)).expand_as(msg)
     return out.scatter_reduce(0, idx, msg, how, include_self=False)
-
-
-def _by_dst(g):
-    """(ptr [n+1], perm [E]): ``edge_index(g)``'s edges grouped by destination."""
-
-    def build():
-        p = g.plan
-        lp, rp = p.local_indptr.astype(np.int64), p.remote_indptr.astype(np.int64)
-        ptr, el, er = lp + rp, int(lp[-1]), int(rp[-1])
-        ld, rd = g.plan.edge_dst()  # each edge's destination row
-        perm = np.empty(el + er, np.int64)
-        perm[ptr[ld] + np.arange(el) - lp[ld]] = np.arange(el)
-        perm[ptr[rd] + np.diff(lp)[rd] + np.arange(er) - rp[rd]] = el + np.arange(er)
-        return ptr, perm
-
-    return _held(g, "by_dst", build)
 
 
 def _segments(g, t: torch.Tensor, ptr, perm, n: int) -> torch.Tensor:
@@ -74,7 +62,7 @@ class _Gather(Op):
 
     @staticmethod
     def backward(ctx, dy):
-        _, _, _, ptr, perm = _attention_csr(ctx.g)
+        _, _, _, ptr, perm = PlanArrays.of(ctx.g).by_src
         return _segments(ctx.g, dy, ptr, perm, ctx.rows), None, None
 
 
@@ -85,7 +73,7 @@ class _SumAtDst(Op):
     @staticmethod
     def forward(ctx, msg, g, dst):
         ctx.dst = dst
-        ptr, perm = _by_dst(g)
+        ptr, perm = PlanArrays.of(g).by_dst
         return _segments(g, msg, ptr, perm, g.num_local_nodes)
 
     @staticmethod
@@ -133,6 +121,11 @@ class MessagePassing(nn.Module):
         sig = inspect.signature(self.message).parameters
         self._message_args = [p for p in sig if p not in ("self", "kwargs")]
         self._update_args = [p for p in inspect.signature(self.update).parameters][1:]
+        # a subclass's aggregate with PyG's signature is called with it, without ``graph``
+        takes = inspect.signature(self.aggregate).parameters
+        self._aggregate_graph = "graph" in takes or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()
+        )
 
     def edges(self, g, kind: str | None = None):
         """g as the kind this layer needs: ``kind``, or g itself when its kind is one of
@@ -159,11 +152,8 @@ class MessagePassing(nn.Module):
             for name in self._message_args:
                 args[name] = self._argument(g, name, kwargs, src, dst, n, gathered)
             msg = self.message(**args)
-            self._graph = g
-            try:
-                out = self.aggregate(msg, index=dst, ptr=None, dim_size=n)
-            finally:
-                self._graph = None
+            graph = {"graph": g} if self._aggregate_graph else {}
+            out = self.aggregate(msg, index=dst, ptr=None, dim_size=n, **graph)
         return self.update(out, **{k: kwargs[k] for k in self._update_args if k in kwargs})
 
     def fusing(self) -> bool:
@@ -212,15 +202,16 @@ class MessagePassing(nn.Module):
         """[E, ...] messages; by default the sources' rows."""
         return x_j
 
-    def aggregate(self, inputs, index, ptr=None, dim_size=None) -> torch.Tensor:
-        """[E, ...] -> [n, ...]: ``aggr`` of each destination's messages."""
-        g = getattr(self, "_graph", None)
+    def aggregate(self, inputs, index, ptr=None, dim_size=None, graph=None) -> torch.Tensor:
+        """[E, ...] -> [n, ...]: ``aggr`` of each destination's messages. ``graph``: the
+        DistGraph whose edges they are (``propagate`` passes it), whose sum or mean runs
+        mgg's segment sum over them in order; without it (or for max, min) a scatter."""
         how = AGGRS[self.aggr]
-        if g is None or how not in ("sum", "mean") or not _kernels_take(inputs):
+        if graph is None or how not in ("sum", "mean") or not _kernels_take(inputs):
             return scatter(inputs, index, dim_size, self.aggr)
-        out = _SumAtDst.apply(inputs, g, index)  # the edges are g's: summed in order
+        out = _SumAtDst.apply(inputs, graph, index)  # the graph's edges: summed in order
         if how == "mean":
-            deg = torch.as_tensor(g.plan.in_degrees(), dtype=out.dtype, device=out.device)
+            deg = torch.as_tensor(graph.plan.in_degrees(), dtype=out.dtype, device=out.device)
             deg = deg.clamp(min=1)
             out = out / deg.view(-1, *[1] * (out.ndim - 1))
         return out

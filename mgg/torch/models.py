@@ -17,9 +17,11 @@ from torch import nn
 
 from ..graph.core import GRAPH_KINDS
 from .chunks import INPUT_CHUNKS, STREAM_MIN_ROWS, reads_in_chunks
-from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv, in_pyg_widths
+from .dropouts import dropout
+from .inputs import ChunkedRows
+from .layers import MLP, GATConv, GCNConv, GINConv, SAGEConv
 from .offload import offloaded
-from .ops import ChunkedRows, dropout, recompute
+from .recompute import recompute
 
 
 def _dims(in_dim: int, hidden: int, out_dim: int, num_layers: int) -> list[int]:
@@ -34,7 +36,7 @@ class Model(nn.Module):
     """What every model here shares: [dropout -> conv -> activation] x (L-1) -> dropout ->
     conv, with dropout ``p_in`` on the input features and ``p`` between layers.
     ``recompute``: in training, each conv with its activation keeps only its input and
-    runs again in the backward pass (mgg.torch.ops.recompute). ``offload``: in training,
+    runs again in the backward pass (mgg.torch.recompute). ``offload``: in training,
     what the backward pass needs waits for it in host memory (mgg.torch.offload; the
     last forward's counts in ``offloaded``).
 
@@ -46,6 +48,7 @@ class Model(nn.Module):
     act = staticmethod(F.relu)
     offloaded = None  # what the last forward in training kept in host memory (Offloaded)
     picks_rows = False  # its last layer can compute some rows alone (forward's rows=)
+    pyg_order = False  # its layers aggregate where PyG's do (pyg_widths): no ChunkedRows
 
     def __init__(self, *, recompute: bool = False, offload: bool = False):
         super().__init__()
@@ -59,7 +62,7 @@ class Model(nn.Module):
         if rows is not None:
             check_rows_of(self, g, rows, upto)
         convs = self.convs[:upto]
-        if self.training and convs and _chunked(convs[0], x, self.recompute):
+        if self.training and convs and _chunked(convs[0], x, self.recompute, self.pyg_order):
             x = ChunkedRows(x, g, max(STREAM_MIN_ROWS, -(-x.shape[0] // INPUT_CHUNKS)))
         if self.offload and self.training and torch.is_grad_enabled():
             with offloaded(g, keep=[x, *self.parameters()]) as self.offloaded:
@@ -83,11 +86,11 @@ class Model(nn.Module):
         return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
 
 
-def _chunked(conv, x, recompute: bool) -> bool:
+def _chunked(conv, x, recompute: bool, pyg_order: bool) -> bool:
     """Whether the first layer ``conv`` reads the input x as ChunkedRows: x is a plain
     dense tensor without a gradient, and reads_in_chunks says so by its bytes
-    and conv's multiplies_first; never inside pyg_widths, whose order is PyG's."""
-    if type(x) is not torch.Tensor or x.ndim != 2 or x.requires_grad or in_pyg_widths():
+    and conv's multiplies_first; never in PyG's order (``pyg_order``: pyg_widths)."""
+    if type(x) is not torch.Tensor or x.ndim != 2 or x.requires_grad or pyg_order:
         return False
     takes = getattr(conv, "multiplies_first", None)
     first = None if takes is None else takes(x.shape[1])

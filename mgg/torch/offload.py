@@ -29,7 +29,7 @@ import torch
 from ..errors import ResourceError
 from ..memory import format_bytes
 from . import chunks
-from .ops import _copy_thread, _side_stream
+from .interop import copy_thread, side_stream
 
 
 @dataclass
@@ -48,13 +48,13 @@ class _Mover:
         self.device, self.gpu = device, device.type == "cuda"
         self.reading = None  # (a tensor, the token of its copy to the host)
         if self.gpu:
-            self.main, self.side = torch.cuda.current_stream(device), _side_stream(device)
+            self.main, self.side = torch.cuda.current_stream(device), side_stream(device)
 
     def to_host(self, t: torch.Tensor):
         """(host copy of t, its token): the copy starts after the work that made t."""
         if not self.gpu:
             host = _host_block(t.shape, t.dtype)
-            return host, _copy_thread().submit(_copy, host, t)  # the thread holds t
+            return host, copy_thread().submit(_copy, host, t)  # the thread holds t
         self.settle()
         try:
             host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
@@ -84,7 +84,7 @@ class _Mover:
                 after.result()
                 _copy(dev, host)
 
-            return dev, _copy_thread().submit(copy)
+            return dev, copy_thread().submit(copy)
         # a block of the work stream's pool: torch's allocator keeps a stream's freed
         # blocks for that stream, so a side-stream block would never reuse the blocks the
         # offloaded activations freed, and would add to the peak

@@ -32,7 +32,9 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import InputError
-from .ops import InputRows, allreduce_flat, check_graph, dropout
+from .checks import InputRows, check_graph
+from .collectives import GradSync
+from .dropouts import dropout
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -121,7 +123,7 @@ class _Global(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dt):
-        _queue_sync(ctx.g, ctx.params)
+        GradSync.of(ctx.g).queue(ctx.g, ctx.params)
         return dt * ctx.g.size, None, None
 
 
@@ -156,53 +158,6 @@ def _parameters_of(t: torch.Tensor) -> tuple:
     return tuple(out)
 
 
-def _state(g) -> dict:
-    return g.keys.cache.setdefault("grad_sync", {"params": {}, "queued": False})
-
-
-def _queue_sync(g, params) -> None:
-    """Remember ``params`` (with their gradients before this pass) for the sync at the end
-    of this backward pass, and queue that sync once."""
-    st = _state(g)
-    for p in params:
-        if p not in st["params"]:
-            st["params"][p] = None if p.grad is None else p.grad.detach().clone()
-    if not st["queued"]:
-        st["queued"] = True
-        torch.autograd.Variable._execution_engine.queue_callback(lambda: _sync(g))
-
-
-def _sync(g) -> None:
-    """End of a backward pass: average what it added to the gradients over the ranks, so
-    every rank steps alike, and advance the dropout step."""
-    st = _state(g)
-    before, st["params"], st["queued"] = st["params"], {}, False
-    keys = g.keys
-    keys.step, keys.dropout_stream = keys.step + 1, 0
-    if g.comm is None or g.size == 1 or not before:
-        return
-    params = list(before)
-    added = [
-        torch.zeros_like(p) if p.grad is None else p.grad - b if b is not None else p.grad
-        for p, b in zip(params, before.values(), strict=True)
-    ]
-    *sums, sig = allreduce_flat(g.comm, [*(a.double() for a in added), _signature(params)])
-    if not torch.equal(sig, _signature(params) * g.size):
-        raise InputError(
-            "the ranks' backward passes reached different parameters (the ranks built "
-            "different models or losses): every rank must run the same model on its rows"
-        )
-    for p, b, total in zip(params, before.values(), sums, strict=True):
-        mean = (total / g.size).to(p.device, p.dtype)
-        p.grad = mean if b is None else b + mean
-
-
-def _signature(params) -> torch.Tensor:
-    return torch.tensor(
-        [float(len(params)), float(sum(p.numel() for p in params))], dtype=torch.float64
-    )
-
-
 class _Synced(torch.autograd.Function):
     """Identity whose backward queues the sync of a model's parameters."""
 
@@ -213,7 +168,7 @@ class _Synced(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dt):
-        _queue_sync(ctx.g, ctx.params)
+        GradSync.of(ctx.g).queue(ctx.g, ctx.params)
         return dt, None, None
 
 
