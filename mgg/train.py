@@ -239,13 +239,13 @@ class Trainer:
         return rec
 
     def _step_body(self, epoch: int) -> torch.Tensor:
-        """Forward, loss, backward, gradient sum, optimizer step: the step's loss (0-d)."""
+        """Forward, loss, backward, gradient average, optimizer step: the step's loss (0-d)."""
         self.model.train()
         self.g.begin_step(epoch)
         self.opt.zero_grad()
         logits = self._logits()
         loss = self._loss_sum(logits, self._train_rows) / self.train_count
-        loss.backward()
+        (loss * self.g.size).backward()  # sync_gradients averages: P x this rank's share
         sync_gradients(self.model.parameters(), self.comm)
         self.opt.step()
         return loss.detach()

@@ -447,8 +447,8 @@ def run(dg, lb, ub):
     dg.begin_step(7)
     y = layer(mt.dropout(x, dg, 0.2), dg)
     (y * w).sum().backward()
-    mt.sync_gradients(layer.parameters(), dg.comm)
-    grads = {k: p.grad.numpy() for k, p in layer.named_parameters()}
+    mt.sync_gradients(layer.parameters(), dg.comm)  # the mean of the ranks' gradients
+    grads = {k: (p.grad * dg.size).numpy() for k, p in layer.named_parameters()}  # their sum
     return y.detach().numpy(), x.grad.numpy(), grads
 
 dg = DistGraph.build(g, comm, ps=4, design=DESIGN)

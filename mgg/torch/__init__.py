@@ -7,8 +7,9 @@ GATConv on mgg's kernels; GATv2Conv, GCN2Conv, APPNP, GINEConv, EdgeConv on
 MessagePassing; BatchNorm/MLP whose statistics span every rank), ``Rows`` (a rank's
 rows that reduce over every rank: global losses and metrics, gradients averaged at the
 end of each backward) and ``DistributedModel``, ``sync_gradients`` for any torch.optim
-optimizer, ``offloaded`` (what autograd saves kept in host memory until the backward
-pass: any model's forward; mgg's set ``offload``), and the registered models.
+optimizer (each averages the gradients over the ranks, as DistributedDataParallel),
+``offloaded`` (what autograd saves kept in host memory until the backward pass: any
+model's forward; mgg's set ``offload``), and the registered models.
 """
 
 from .aggregation import aggregate, halo

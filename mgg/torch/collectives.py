@@ -1,7 +1,8 @@
-"""Reductions across the ranks, and the gradient sync, so any torch.optim optimizer takes
-the same step on every rank: ``sync_gradients`` sums the ranks' gradients on call;
-``GradSync`` averages them at the end of each backward pass that reached a global value
-(mgg.torch.Rows) or a DistributedModel's output."""
+"""Reductions across the ranks, and the gradient sync: every rank's parameters get the
+average of the ranks' gradients (DistributedDataParallel's contract), so any torch.optim
+optimizer takes the same step on every rank. ``sync_gradients`` averages on call;
+``GradSync`` at the end of each backward pass that reached a global value (mgg.torch.Rows)
+or a DistributedModel's output."""
 
 from __future__ import annotations
 
@@ -55,15 +56,17 @@ def allreduce_flat(comm, tensors, dtype: torch.dtype | None = None) -> list[torc
 
 
 def sync_gradients(params, comm) -> None:
-    """Sum every parameter's gradient over the ranks, in one flat buffer (a parameter
-    without a gradient counts as zeros), so any torch.optim optimizer then takes the same
-    step on every rank. Call it between ``loss.backward()`` and ``optimizer.step()``."""
+    """Average every parameter's gradient over the ranks (DistributedDataParallel's
+    contract), in one flat buffer (a parameter without a gradient counts as zeros), so any
+    torch.optim optimizer then takes the same step on every rank. Call it between
+    ``loss.backward()`` and ``optimizer.step()``. A loss that sums the ranks' parts (each
+    over its rank's rows) gets its gradient where each rank backpropagates P x its part."""
     params = [p for p in params if p.requires_grad]
     if comm is None or comm.size == 1 or not params:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     for p, total in zip(params, allreduce_flat(comm, grads), strict=True):
-        p.grad = total
+        p.grad = total / comm.size
 
 
 class GradSync:
