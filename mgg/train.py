@@ -245,7 +245,8 @@ class Trainer:
         self.opt.zero_grad()
         logits = self._logits()
         loss = self._loss_sum(logits, self._train_rows) / self.train_count
-        (loss * self.g.size).backward()  # sync_gradients averages: P x this rank's share
+        # sync_gradients averages the ranks' gradients: each backpropagates P x its share
+        (loss if self.comm is None else loss * self.g.size).backward()
         sync_gradients(self.model.parameters(), self.comm)
         self.opt.step()
         return loss.detach()
