@@ -97,12 +97,19 @@ class GradSync:
             torch.autograd.Variable._execution_engine.queue_callback(lambda: self.run(g))
 
     def run(self, g) -> None:
-        """End of a backward pass: average what it added to the gradients over the ranks, so
-        every rank steps alike, and advance the dropout step."""
+        """End of a backward pass: average what it added to the parameters' gradients over
+        the ranks, so every rank steps alike (a leaf that is no nn.Parameter, such as input
+        rows, keeps its own rows' gradient), and advance the dropout step."""
         before, self.before, self.queued = self.before, {}, False
         keys = g.keys
         keys.step, keys.dropout_stream = keys.step + 1, 0
         if g.comm is None or g.size == 1 or not before:
+            return
+        for t in [t for t in before if not isinstance(t, torch.nn.Parameter)]:
+            b = before.pop(t)  # a rank's own rows (an input that requires grad): its share
+            if t.grad is not None:  # came back P-fold (the global value's rule): undone
+                t.grad = (t.grad - b) / g.size + b if b is not None else t.grad / g.size
+        if not before:
             return
         params = list(before)
         added = [

@@ -46,7 +46,7 @@ def scatter(msg: torch.Tensor, index: torch.Tensor, n: int, reduce: str = "sum")
 def _segments(g, t: torch.Tensor, ptr, perm, n: int) -> torch.Tensor:
     """[n, ...]: rows of t [K, ...] summed over each segment (mgg's segment_sum kernel:
     in order, no atomics)."""
-    flat = t.reshape(t.shape[0], -1)
+    flat = t.flatten(1) if t.dim() > 1 else t.unsqueeze(1)  # [0, ...] too (a rank of none)
     out = g.backend.nn.segment_sum(ptr, perm, as_array(flat), n)
     return as_tensor(out).view(n, *t.shape[1:])
 
@@ -184,7 +184,7 @@ class MessagePassing(nn.Module):
                 return t.index_select(0, dst)
             key = id(t)
             if key not in gathered:
-                flat = t.reshape(n, -1)
+                flat = t.flatten(1) if t.dim() > 1 else t.unsqueeze(1)
                 whole = torch.cat([flat, halo(flat, g)])
                 if _kernels_take(whole):
                     gathered[key] = _Gather.apply(whole, g, src).view(-1, *t.shape[1:])

@@ -136,6 +136,20 @@ def _reduced(g, t: torch.Tensor, op: str) -> torch.Tensor:
     return torch.from_numpy(g.comm.allreduce(a, op)).to(t.device, t.dtype).reshape(t.shape)
 
 
+def global_value(g, op: str, t: torch.Tensor) -> torch.Tensor:
+    """``op`` (sum, mean, max, min, amax, amin) of every element of t, whose rows are this
+    rank's share of a tensor split over the ranks (nodes, or edges), over every rank's."""
+    if op in ("sum", "mean"):
+        s = _global_sum(t.sum(), g)
+        return s if op == "sum" else s / _count(g, t.numel()).to(s.dtype)
+    if t.requires_grad and torch.is_grad_enabled():
+        raise InputError(f"{op} over every rank's rows has no gradient in mgg")
+    red = "max" if op in ("max", "amax") else "min"
+    empty = float("-inf") if red == "max" else float("inf")
+    local = getattr(t, "amax" if red == "max" else "amin")() if t.numel() else t.new_tensor(empty)
+    return _reduced(g, local, red)
+
+
 def _global_sum(t: torch.Tensor, g) -> torch.Tensor:
     """t (a local sum) summed over the ranks; differentiable (see the module's rule)."""
     params = _parameters_of(t) if t.requires_grad and torch.is_grad_enabled() else ()
@@ -369,4 +383,4 @@ def rows_io(forward):
     return wrapper
 
 
-__all__ = ["Rows", "DistributedModel", "plain", "rows_io"]
+__all__ = ["Rows", "DistributedModel", "global_value", "plain", "rows_io"]

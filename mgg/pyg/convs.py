@@ -1,0 +1,290 @@
+"""PyG's own conv classes over the distributed graph: ``distributed(cls)`` is PyG's
+``cls`` (its ``__init__``, ``forward``, ``message``, ``aggregate``, ``update`` and
+parameters, so state_dicts load both ways) with mgg supplying what is distributed.
+
+The layer gets ``EdgeIndex.of(g)`` for the job's DistGraph g (the graph as loaded,
+``as_is``), whose ops have the whole graph's meaning (mgg.torch.edges): PyG's
+``propagate`` gathers x_j through the halo, ``gcn_norm`` and ``degree`` count global
+degrees, ``softmax`` spans a destination's in-edges (all on its rank). Its inputs enter
+as plain rows and its node outputs come back as Rows; the MessagePassing and BatchNorm
+modules inside it (an inner conv, GENConv's MLP) become distributed too.
+
+Every homogeneous conv of the installed PyG is in RUNS or REFUSED (tests/test_pyg_convs.py
+walks torch_geometric.nn.conv): a refused one raises at import with its reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._pytree import tree_map
+
+from ..distgraph import DistGraph
+from ..errors import InputError
+from ..torch.collectives import all_reduce
+from ..torch.edges import EdgeIndex, running
+from ..torch.rows import Rows, global_value, plain
+
+FUSED = ("GCNConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "GCN2Conv")
+FUSED += ("APPNP", "EdgeConv")  # mgg's own layers (mgg.torch.layers), PyG's signatures
+
+RUNS = (
+    "SimpleConv ChebConv GraphConv GatedGraphConv ResGatedGraphConv TransformerConv "
+    "AGNNConv TAGConv ARMAConv SGConv SSGConv MFConv GMMConv NNConv CGConv LEConv PNAConv "
+    "ClusterGCNConv GENConv FiLMConv SuperGATConv FAConv EGConv PDNConv GeneralConv LGConv "
+    "AntiSymmetricConv DirGNNConv MixHopConv WLConvContinuous PointNetConv PPFConv "
+    "PointTransformerConv PointGNNConv DNAConv FeaStConv"
+).split()
+
+_HETERO = "is heterogeneous (node or edge types): mgg's graph has one node and one edge type"
+_POINTS = "builds its graph from the points (k nearest neighbors) inside forward"
+REFUSED = {
+    "CuGraphSAGEConv": "needs NVIDIA's cugraph-ops: use SAGEConv",
+    "CuGraphGATConv": "needs NVIDIA's cugraph-ops: use GATConv",
+    "CuGraphRGCNConv": "needs NVIDIA's cugraph-ops, and " + _HETERO,
+    "FusedGATConv": "needs the dgNN extension and CSR/CSC inputs: use GATConv",
+    "RGCNConv": _HETERO,
+    "FastRGCNConv": _HETERO,
+    "RGATConv": _HETERO,
+    "HGTConv": _HETERO,
+    "HEATConv": _HETERO,
+    "HANConv": _HETERO,
+    "HeteroConv": _HETERO,
+    "SignedConv": "takes two graphs (positive and negative edges) of one node set",
+    "HypergraphConv": "passes messages over hyperedges, which mgg does not partition",
+    "GravNetConv": _POINTS,
+    "DynamicEdgeConv": _POINTS,
+    "XConv": _POINTS,
+    "SplineConv": "needs the torch_spline_conv extension",
+    "PANConv": "sums powers of the adjacency matrix through torch_sparse's SparseTensor",
+    "WLConv": "colors nodes with torch.unique over every node's neighbor colors",
+    "GPSConv": "attends over every node of a graph (dense global attention)",
+    "MeshCNNConv": "works on mesh edges with a fixed four-neighbor layout",
+}
+
+
+class RefusedLayer(InputError, ImportError):
+    """A PyG layer mgg does not run, with the reason."""
+
+
+def refused(name: str) -> RefusedLayer:
+    return RefusedLayer(f"mgg.pyg.nn.{name}: refused: it {REFUSED[name]}")
+
+
+class Distributed:
+    """Mixin of a PyG MessagePassing class run over the distributed graph (the module's
+    contract); ``distributed(cls)`` makes the class."""
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "forward" in cls.__dict__:  # a user's layer: its own forward, wrapped
+            cls.forward = _wrapped(cls.__dict__["forward"])
+        for name in ("propagate", "edge_updater"):  # PyG's own, not its generated code
+            if name not in cls.__dict__ and hasattr(cls, name):
+                setattr(cls, name, getattr(Distributed, name))
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for name, module in self.named_modules():
+            if module is not self:
+                adopt(module, f"{type(self).__name__}.{name}")
+
+    def forward(self, *args, **kwargs):
+        return _forward(self, super().forward, args, kwargs)
+
+    def propagate(self, edge_index, size=None, **kwargs):
+        if size is not None:
+            raise InputError(f"{type(self).__name__}.propagate: size (a bipartite graph)")
+        return _original(self, "propagate")(self, _edges(edge_index, self), size, **kwargs)
+
+    def edge_updater(self, edge_index, size=None, **kwargs):
+        return _original(self, "edge_updater")(self, _edges(edge_index, self), size, **kwargs)
+
+
+def _original(layer, name: str):
+    """PyG's ``name`` of the layer's class (not the code PyG generates from it)."""
+    mro = type(layer).__mro__
+    for cls in mro[mro.index(Distributed) + 1 :]:
+        if name in cls.__dict__:
+            return cls.__dict__.get(f"_orig_{name}", cls.__dict__[name])
+    raise AttributeError(name)
+
+
+@functools.cache
+def distributed(cls):
+    """PyG's MessagePassing subclass ``cls`` over the distributed graph (one per class)."""
+    if issubclass(cls, Distributed):
+        return cls
+    if not issubclass(cls, torch.nn.Module):
+        raise InputError(f"distributed: {cls.__name__} is not a torch.nn.Module")
+    if cls.__name__ in REFUSED:
+        raise refused(cls.__name__)
+    ns = {"__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    return type(cls.__name__, (Distributed, cls), ns)
+
+
+def adopt(module: torch.nn.Module, where: str) -> None:
+    """A module inside a distributed layer made distributed in place: PyG's convs (an
+    inner conv) and torch's BatchNorm1d (statistics over every rank)."""
+    from torch_geometric.nn import MessagePassing
+
+    if isinstance(module, MessagePassing) and not isinstance(module, Distributed):
+        module.__class__ = distributed(type(module))
+    elif type(module) is torch.nn.BatchNorm1d:
+        module.__class__ = RanksBatchNorm1d
+    elif type(module).__module__.startswith("mgg.torch"):
+        raise InputError(
+            f"{where} is mgg's fused {type(module).__name__}, which takes the job's graph: "
+            f"pass torch_geometric.nn.{type(module).__name__} inside a PyG layer"
+        )
+
+
+def _wrapped(forward):
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        return _forward(self, functools.partial(forward, self), args, kwargs)
+
+    return run
+
+
+_GRAPH: list = []  # the graph of the distributed layers running (innermost last)
+
+
+def _edges(edge_index, layer):
+    if isinstance(edge_index, DistGraph):
+        return EdgeIndex.of(as_is(edge_index, type(layer).__name__))
+    if isinstance(edge_index, EdgeIndex):
+        return edge_index
+    raise InputError(
+        f"{type(layer).__name__}: edge_index must be the job's graph (data.edge_index, a "
+        f"DistGraph) or what a layer made of it, got {type(edge_index).__name__}"
+    )
+
+
+def as_is(g: DistGraph, who: str) -> DistGraph:
+    """The job's graph as loaded (PyG's layers add their own loops and weights)."""
+    return g if g.kind == "as_is" else g.derive("as_is", who)
+
+
+def _forward(layer, forward, args, kwargs):
+    g = None
+
+    def enter(a):
+        nonlocal g
+        if isinstance(a, DistGraph):
+            g = g or a
+            return _edges(a, layer)
+        if isinstance(a, EdgeIndex):
+            g = g or a.space.g
+        elif isinstance(a, Rows):
+            g = g or a.g
+            return plain(a)
+        return a
+
+    args, kwargs = tree_map(enter, (args, kwargs))
+    if g is None:
+        raise InputError(
+            f"{type(layer).__name__}: none of its arguments is the job's graph "
+            "(data.edge_index): mgg.pyg.nn's layers run inside an mgg job"
+        )
+    whole = _Whole(g) if g.size > 1 and not _GRAPH else contextlib.nullcontext()
+    _GRAPH.append(g)
+    try:
+        with running(type(layer).__name__), whole:
+            out = forward(*args, **kwargs)
+    finally:
+        _GRAPH.pop()
+    n = g.num_local_nodes
+
+    def leave(t):
+        if type(t) is torch.Tensor and t.dim() >= 1 and t.shape[0] == n:
+            return Rows.of(t, g)
+        return t
+
+    return tree_map(leave, out)
+
+
+_T = torch.Tensor
+_FULL = {torch.max, torch.min, torch.amax, torch.amin, torch.sum, torch.mean}
+_FULL |= {_T.max, _T.min, _T.amax, _T.amin, _T.sum, _T.mean}
+_SHAPES = {_T.view, _T.reshape}
+
+
+class _Whole(TorchFunctionMode):
+    """While a distributed layer runs (P > 1): a full reduction (no dim) of a float tensor
+    whose rows are this rank's nodes or edges (ChebConv's largest edge weight) covers every
+    rank's, as on the whole graph; and a rank without edges views its empty per-edge
+    tensors with 0 for PyG's -1."""
+
+    def __init__(self, g):
+        super().__init__()
+        self.g = g
+        self.sizes = {g.num_local_nodes, EdgeIndex.of(as_is(g, "")).shape[1]}
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        t = args[0] if len(args) == 1 and not kwargs else None
+        if func in _FULL and self._rows(t):
+            return global_value(self.g, func.__name__, t)
+        if func in _SHAPES and args[0].numel() == 0:  # a rank without edges: [0, ...]
+            shape = args[1] if len(args) == 2 and isinstance(args[1], tuple | list) else args[1:]
+            if -1 in shape:
+                args = (args[0], *_empty_shape(args[0], list(shape)))
+        out = func(*args, **kwargs)
+        if isinstance(out, EdgeIndex):
+            self.sizes.add(out.shape[1])
+        return out
+
+    def _rows(self, t) -> bool:
+        return (
+            isinstance(t, torch.Tensor)
+            and not isinstance(t, torch.nn.Parameter)
+            and t.is_floating_point()
+            and t.dim() >= 1
+            and t.shape[0] in self.sizes
+        )
+
+
+def _empty_shape(t: torch.Tensor, shape: list) -> list:
+    """PyG's view(..., -1, ...) of an empty tensor: -1 is 0 unless another dim is, then
+    the row width the others leave."""
+    i = shape.index(-1)
+    others = [d for j, d in enumerate(shape) if j != i]
+    if 0 not in others:
+        shape[i] = 0
+    else:
+        shape[i] = math.prod(t.shape[1:]) // max(math.prod(d for d in others if d), 1)
+    return shape
+
+
+class RanksBatchNorm1d(torch.nn.BatchNorm1d):
+    """torch's BatchNorm1d inside a distributed layer: in training, the statistics of
+    every rank's rows (the running ones updated with them), as one process computes."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        g = _GRAPH[-1] if _GRAPH else None
+        if g is None or g.size == 1 or not (self.training or not self.track_running_stats):
+            return super().forward(x)
+        x = plain(x)
+        if x.shape[0] != g.num_local_nodes:
+            raise InputError(
+                f"BatchNorm1d: {x.shape[0]} rows, this rank's nodes are {g.num_local_nodes}"
+            )
+        count = g.plan.num_nodes
+        mean = all_reduce(x.sum(0), g) / count
+        var = all_reduce(((x - mean) ** 2).sum(0), g) / count
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                m = self.momentum if self.momentum is not None else 0.1
+                self.running_mean.mul_(1 - m).add_(m * mean)
+                self.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
+                self.num_batches_tracked += 1
+        y = (x - mean) * torch.rsqrt(var + self.eps)
+        return y * self.weight + self.bias if self.affine else y
+
+
+__all__ = ["FUSED", "RUNS", "REFUSED", "Distributed", "distributed", "adopt", "refused"]
