@@ -6,7 +6,8 @@ The layer gets ``EdgeIndex.of(g)`` for the job's DistGraph g (the graph as loade
 ``as_is``), whose ops have the whole graph's meaning (mgg.torch.edges): PyG's
 ``propagate`` gathers x_j through the halo, ``gcn_norm`` and ``degree`` count global
 degrees, ``softmax`` spans a destination's in-edges (all on its rank). Its inputs enter
-as plain rows and its node outputs come back as Rows; the MessagePassing and BatchNorm
+as plain rows (input features in a sparse or chunked form, dense) and its node outputs
+come back as Rows; the MessagePassing and BatchNorm
 modules inside it (an inner conv, GENConv's MLP) become distributed too.
 
 Every homogeneous conv of the installed PyG is in RUNS or REFUSED (tests/test_pyg_convs.py
@@ -25,6 +26,7 @@ from torch.utils._pytree import tree_map
 
 from ..distgraph import DistGraph
 from ..errors import InputError
+from ..torch.checks import InputRows
 from ..torch.collectives import all_reduce
 from ..torch.edges import EdgeIndex, running
 from ..torch.rows import Rows, global_value, plain
@@ -183,6 +185,9 @@ def _forward(layer, forward, args, kwargs):
         elif isinstance(a, Rows):
             g = g or a.g
             return plain(a)
+        elif isinstance(a, InputRows):  # sparse or chunked features: PyG's ops need rows
+            g = g or a.g
+            return plain(a.to_dense())
         return a
 
     args, kwargs = tree_map(enter, (args, kwargs))
