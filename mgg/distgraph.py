@@ -88,6 +88,7 @@ class DistGraph:
         self.rows, self.full = None, None
         self.keys = self  # whose (seed, step, dropout_stream) key the masks (derive's: its base's)
         self.seed, self.step, self.dropout_stream = 0, 0, 0
+        self.job_seed = None  # the seed before torch's joined it (mgg.torch.rows' dropout)
         # mgg.torch's GradSync, on g.keys: the gradient sync at the end of a backward pass
         self.grad_sync = None
         # a captured step's keys: int64 [SLOTS] on the device that dropout kernels read

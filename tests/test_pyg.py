@@ -635,3 +635,36 @@ def test_attention_weights_and_batch_norm_take_pygs_arguments(rng):
     x = mt.rows.plain(data.x)
     torch.testing.assert_close(out, (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + 1e-5))
     assert list(bn.state_dict()) == []
+
+
+@pytest.mark.skipif(not CORA.exists(), reason="no Cora")
+def test_a_transform_set_after_loading_applies_as_in_pyg():
+    """PyG's citation benchmark sets ``dataset.transform`` after making the dataset."""
+    import mgg.pyg.transforms as T
+    from mgg.pyg.datasets import Planetoid
+
+    dataset = Planetoid(str(CORA.parent), "Cora")
+    raw = dataset[0].x.to_dense()
+    dataset.transform = T.NormalizeFeatures()
+    x = dataset[0].x.to_dense()
+    assert not torch.allclose(raw.sum(1), torch.ones(raw.shape[0], dtype=raw.dtype))
+    rows = x.sum(1).as_subclass(torch.Tensor)
+    torch.testing.assert_close(rows[rows > 0], torch.ones_like(rows[rows > 0]))
+    assert dataset.num_features == raw.shape[1]
+
+
+def test_torch_manual_seed_moves_mgg_dropout_masks(rng):
+    """A PyG script's torch.manual_seed(s) draws other masks for another s, the same for
+    the same s (and P ranks draw one process's: test_a_pyg_style_script_loses_the_same)."""
+    g = graph(rng)
+    dg = DistGraph.build(g, None, ps=3, dtype=np.float64)
+    x = mt.Rows.of(torch.ones(N, 8, dtype=torch.float64), dg)
+
+    def masks(seed):
+        torch.manual_seed(seed)
+        dg.begin_step(0)
+        return torch.nn.functional.dropout(x, 0.5).as_subclass(torch.Tensor) != 0
+
+    a, b, c = masks(1), masks(2), masks(1)
+    assert torch.equal(a, c)
+    assert not torch.equal(a, b)

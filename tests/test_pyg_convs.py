@@ -15,7 +15,7 @@ import torch
 from mgg.errors import InputError
 from mgg.graph import Graph
 
-from conftest import mpirun
+from conftest import ROOT, mpirun
 
 tg = pytest.importorskip("torch_geometric.nn")
 import mgg.pyg.nn as mn  # noqa: E402
@@ -34,6 +34,27 @@ def mlp(a, b):
 
 def pna(nn, deg):
     return nn.PNAConv(FIN, 5, ["mean", "min", "max", "std"], ["identity", "amplification"], deg)
+
+
+def user_layer(nn, deg):
+    """A user's layer on ``nn.MessagePassing`` (PyG's, or mgg.pyg.nn's with the import
+    changed): sources' messages scaled by their out-degree (PyG's degree over the
+    sources: a global count), averaged."""
+    from torch_geometric.utils import degree
+
+    class Mine(nn.MessagePassing):
+        def __init__(self):
+            super().__init__(aggr="mean")
+            self.lin = lin(FIN, 5)
+
+        def forward(self, x, edge_index):
+            out_deg = degree(edge_index[0], x.size(0), dtype=x.dtype)
+            return self.propagate(edge_index, x=self.lin(x), d=out_deg.view(-1, 1))
+
+        def message(self, x_j, d_j):
+            return x_j / d_j.clamp(min=1).sqrt()
+
+    return Mine()
 
 
 # name -> [(constructor over a namespace (torch_geometric.nn or mgg.pyg.nn) and the graph's
@@ -122,6 +143,7 @@ CASES = {
     ],
     "DNAConv": [(lambda nn, d: nn.DNAConv(FIN, heads=2, groups=1), "x3")],
     "FeaStConv": [(lambda nn, d: nn.FeaStConv(FIN, 5, heads=2), "x")],
+    "MessagePassing": [(user_layer, "x")],
     "GCNConv": [(lambda nn, d: nn.GCNConv(FIN, 5), "w")],
     "SAGEConv": [(lambda nn, d: nn.SAGEConv(FIN, 5), "x")],
     "GINConv": [(lambda nn, d: nn.GINConv(mlp(FIN, 5), train_eps=True), "x")],
@@ -273,6 +295,7 @@ def ours(name, i, g: Graph, dg, seed=7):
     )
     y = call(layer, kind, rows, {k: data[k][order] for k in ("w", "e")}, dg)
     y = y[0] if isinstance(y, tuple) else y
+    assert isinstance(y, mt.Rows), f"{name}: its rows come back as Rows (mgg's dropout next)"
     shape = (g.num_nodes, *y.shape[1:])
     weights = torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=y.dtype)
     (y * weights[dg.lb : dg.ub]).sum().backward()
@@ -312,7 +335,9 @@ def test_every_conv_of_pyg_is_listed_once():
     assert sorted(listed) == sorted(set(listed)), "a layer listed twice"
     assert set(listed) == classes
     assert len(RUNS) + len(FUSED) >= 40
-    assert set(CASES) == set(RUNS) | set(FUSED)
+    assert set(CASES) == set(RUNS) | set(FUSED) | {"MessagePassing"}  # and a user's layer
+    doc = (ROOT / "docs" / "pyg.md").read_text()
+    assert not [n for n in listed if f"`{n}`" not in doc], "docs/pyg.md's lists"
 
 
 @pytest.mark.parametrize("case", CASE_IDS)

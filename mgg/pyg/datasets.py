@@ -11,7 +11,9 @@ from .data import Data, load
 class Planetoid:
     """Cora, CiteSeer or PubMed with the public split, from ``<name>.npz`` (mgg's format:
     ../shared/data/MANIFEST.md) in ``root``, in ``root``'s parent, or in $MGG_DATA.
-    ``dataset[0]`` is this rank's Data; ``num_features``, ``num_classes`` the whole's.
+    ``dataset[0]`` is this rank's Data, made with ``dataset.transform`` (set at
+    construction or after, as PyG's benchmarks do); ``num_features``, ``num_classes`` the
+    whole's.
     ``kw``: mgg.pyg.load's (knobs such as ``split=``, how nodes are cut into ranks)."""
 
     def __init__(self, root, name: str, transform=None, **kw):
@@ -25,9 +27,25 @@ class Planetoid:
                 f"Planetoid: no {file} in {root} or its parent (or $MGG_DATA): mgg reads "
                 "its .npz datasets (`mgg convert` makes them); it downloads nothing"
             )
-        self.name, self.path = name, path
-        self.data = load(path, transform=transform, **kw)
-        self.num_features, self.num_classes = self.data.num_features, self.data.num_classes
+        self.name, self.path, self.transform, self._kw = name, path, transform, kw
+        self._data, self._made_with = None, None
+
+    @property
+    def data(self) -> Data:
+        """This rank's Data, loaded (collectively) on first use with ``self.transform``,
+        and again when the transform was replaced (PyG applies it at each access)."""
+        if self._data is None or self._made_with is not self.transform:
+            self._data = load(self.path, transform=self.transform, **self._kw)
+            self._made_with = self.transform
+        return self._data
+
+    @property
+    def num_features(self) -> int:
+        return self.data.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
 
     def __len__(self) -> int:
         return 1

@@ -21,13 +21,13 @@ per-rank result). Destinations are plain tensors: all of a node's in-edges are o
 from __future__ import annotations
 
 import contextlib
-import weakref
 
 import numpy as np
 import torch
 
 from ..errors import InputError
 from .interop import Op, as_array, as_tensor
+from .plan_arrays import PlanArrays
 
 
 class Space:
@@ -55,12 +55,16 @@ class Space:
         """t [.., n, ..] (nodes in ``dim``) -> [.., n + H, ..]: its halo rows appended."""
         t = _plain(t).movedim(dim, 0)
         self.check_rows(t, what)
+        if self.plan.num_ranks == 1:  # no peers: no halo
+            return t.movedim(0, dim)
         whole = torch.cat([t, _Halo.apply(t, self.exchange)])
         return whole.movedim(0, dim)
 
     def fold(self, t: torch.Tensor, dim: int) -> torch.Tensor:
         """t [.., n + H, ..] -> [.., n, ..]: the halo rows summed into their owners'."""
         t = t.movedim(dim, 0)
+        if self.plan.num_ranks == 1:
+            return t.movedim(0, dim)
         out = t[: self.n] + _Owners.apply(t[self.n :], self.exchange)
         return out.movedim(0, dim)
 
@@ -127,7 +131,7 @@ class _Tagged(torch.Tensor):
                 return _tag(type(args[0]), out, space)
         hint = ""
         if _name(func) in ("max", "amax"):
-            hint = " (PyG infers the node count so where num_nodes is not passed)"
+            hint = " (PyG takes the node count from the largest id where num_nodes is not given)"
         raise InputError(
             f"{_layer()}{_name(func)} on {_what(args, kwargs)}: mgg holds each rank's edges "
             "in local ids and makes only gathers and sums at the sources, the destinations, "
@@ -144,13 +148,12 @@ class EdgeIndex(_Tagged):
     @staticmethod
     def of(g) -> EdgeIndex:
         """The job's graph g (a DistGraph) as PyG's edge_index, made once per graph."""
-        if g not in _OF:
-            from .dropouts import edge_index
-
-            src, dst = edge_index(g)
+        arrays = PlanArrays.of(g)
+        if arrays.edge_index is None:
+            src, dst = (as_tensor(a) for a in arrays.index)
             space = Space(g, g.plan)
-            space.index = _OF[g] = _tag(EdgeIndex, torch.stack([src, dst]), space)
-        return _OF[g]
+            space.index = arrays.edge_index = _tag(EdgeIndex, torch.stack([src, dst]), space)
+        return arrays.edge_index
 
     def flipped(self) -> EdgeIndex:
         """The transposed graph's edges (each node's out-edges, on its rank); only the
@@ -170,7 +173,6 @@ class SrcIndex(_Tagged):
     """Edge sources in [0, n + H) (see the module)."""
 
 
-_OF: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _LAYERS: list[str] = []
 
 

@@ -19,6 +19,7 @@ class PlanArrays:
         # GCN's Â over the plan's edges: (improved, add_self_loops) -> (norm [E] tensor,
         # the self term [n] or None), computed by mgg.torch.layers.gcn.gcn_adjacency
         self.gcn_norms: dict[tuple[bool, bool], tuple] = {}
+        self.edge_index = None  # PyG's edge_index of the graph: mgg.torch.edges.EdgeIndex.of
 
     @staticmethod
     def of(g) -> PlanArrays:

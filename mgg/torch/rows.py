@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import InputError
+from ..hashing import key64
 from .checks import InputRows, check_graph
 from .collectives import GradSync
 from .dropouts import dropout
@@ -215,9 +216,19 @@ class DistributedModel(torch.nn.Module):
 
 
 def _dropout(g, x, p=0.5, training=True, inplace=False):
+    _follow_torch_seed(g)
     if isinstance(x, InputRows):
         return dropout(x, g, p, training)
     return Rows.of(dropout(plain(x), g, p, training), g)
+
+
+def _follow_torch_seed(g) -> None:
+    """Key g's masks by the job's seed and torch's (torch.manual_seed(s), the same on every
+    rank of a script, moves mgg's masks as it moves torch's)."""
+    k = g.keys
+    if k.job_seed is None:
+        k.job_seed = k.seed
+    k.seed = int(key64(k.job_seed, torch.initial_seed()))
 
 
 def _count(g, n) -> torch.Tensor:
