@@ -668,3 +668,41 @@ def test_torch_manual_seed_moves_mgg_dropout_masks(rng):
     a, b, c = masks(1), masks(2), masks(1)
     assert torch.equal(a, c)
     assert not torch.equal(a, b)
+
+
+def test_data_edge_index_is_pygs_and_what_scripts_import_works():
+    """data.edge_index is a [2, E] edge_index that PyG's utils, PyG's classes and mgg's
+    fused layers all take; PyG's lazy Linear(-1, ...) sizes itself on the features."""
+    import torch_geometric.nn as tgnn
+    from torch_geometric.utils import degree
+
+    import mgg.pyg
+    import mgg.pyg.nn as mn
+    import mgg.pyg.transforms as T
+    from mgg.pyg.utils import add_self_loops
+
+    ds = toy_dataset()
+    data = mgg.pyg.load(ds)
+    src, dst = ds.graph.edges()
+    assert tuple(data.edge_index.shape) == (2, ds.graph.num_edges)
+    want = np.bincount(src, minlength=N)  # out-degrees: the sources' side
+    np.testing.assert_array_equal(degree(data.edge_index[0], N).numpy(), want)
+    loops, _ = add_self_loops(data.edge_index, num_nodes=N)
+    assert loops.shape[1] == ds.graph.num_edges + N
+    lazy = mn.Linear(-1, 4)
+    assert tuple(lazy(data.x).shape) == (N, 4) and lazy.in_channels == 5
+    torch.manual_seed(0)
+    fused, theirs = mn.GCNConv(5, 3), tgnn.GCNConv(5, 3)
+    theirs.load_state_dict(fused.state_dict())
+    ei = torch.tensor(np.stack([src, dst]).astype(np.int64))
+    x = torch.as_tensor(ds.x)
+    want = theirs(x, ei)
+    torch.testing.assert_close(mt.rows.plain(fused(data.x, data.edge_index)), want)
+    with pytest.raises(InputError, match="GCNConv: mgg's fused layer .* changed"):
+        fused(data.x, loops)  # a changed edge_index: only PyG's own class takes it
+    assert "edge_weight" not in data  # loaded as is: PyG's Data has none either
+    normed = mgg.pyg.load(ds, transform=T.GCNNorm())
+    assert normed.edge_weight.shape == (normed.edge_index.shape[1],)
+    raw = mn.GraphConv(5, 3)
+    with pytest.raises(InputError, match="normalized for GCN"):
+        raw(normed.x, normed.g)

@@ -2,8 +2,8 @@
 ``cls`` (its ``__init__``, ``forward``, ``message``, ``aggregate``, ``update`` and
 parameters, so state_dicts load both ways) with mgg supplying what is distributed.
 
-The layer gets ``EdgeIndex.of(g)`` for the job's DistGraph g (the graph as loaded,
-``as_is``), whose ops have the whole graph's meaning (mgg.torch.edges): PyG's
+The layer gets ``EdgeIndex.of(g)`` for the job's DistGraph g (the graph as loaded:
+data.edge_index), whose ops have the whole graph's meaning (mgg.torch.edges): PyG's
 ``propagate`` gathers x_j through the halo, ``gcn_norm`` and ``degree`` count global
 degrees, ``softmax`` spans a destination's in-edges (all on its rank). Its inputs enter
 as plain rows (input features in a sparse or chunked form, dense) and its node outputs
@@ -158,18 +158,19 @@ _GRAPH: list = []  # the graph of the distributed layers running (innermost last
 
 def _edges(edge_index, layer):
     if isinstance(edge_index, DistGraph):
-        return EdgeIndex.of(as_is(edge_index, type(layer).__name__))
+        if edge_index.kind == "gcn_norm":
+            raise InputError(
+                f"{type(layer).__name__}: PyG's layer on a graph normalized for GCN (T.GCNNorm, "
+                "data.adj_t): mgg hands PyG's layers edge_index without weights; pass "
+                "data.edge_index and data.edge_weight, or load the graph as is"
+            )
+        return EdgeIndex.of(edge_index)
     if isinstance(edge_index, EdgeIndex):
         return edge_index
     raise InputError(
         f"{type(layer).__name__}: edge_index must be the job's graph (data.edge_index, a "
         f"DistGraph) or what a layer made of it, got {type(edge_index).__name__}"
     )
-
-
-def as_is(g: DistGraph, who: str) -> DistGraph:
-    """The job's graph as loaded (PyG's layers add their own loops and weights)."""
-    return g if g.kind == "as_is" else g.derive("as_is", who)
 
 
 def _forward(layer, forward, args, kwargs):
@@ -228,7 +229,7 @@ class _Whole(TorchFunctionMode):
     def __init__(self, g):
         super().__init__()
         self.g = g
-        self.sizes = {g.num_local_nodes, EdgeIndex.of(as_is(g, "")).shape[1]}
+        self.sizes = {g.num_local_nodes, EdgeIndex.of(g).shape[1]}
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

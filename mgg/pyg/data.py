@@ -11,14 +11,20 @@ from ..graph.specs import resolve
 from ..partition.shards import ShardedDataset, is_sharded
 from ..prepare import prepare
 from ..torch import Rows, SparseRows
+from ..torch.edges import EdgeIndex
+from ..torch.interop import as_tensor
+from ..torch.plan_arrays import PlanArrays
 from .transforms import BaseTransform
 
 
 class Data:
     """PyG's Data for one rank: ``x`` [n, F] (Rows, or SparseRows for bag-of-words
-    features), ``y`` [n] and the masks [n] (Rows), ``edge_index`` and/or ``adj_t`` (the
-    job's DistGraph g), ``edge_attr`` None; ``num_nodes`` counts every rank's nodes,
-    ``node_ids`` [n] (numpy) the original id of each row."""
+    features), ``y`` [n] and the masks [n] (Rows), ``edge_index`` (this rank's edges
+    [2, E]: mgg.torch.edges.EdgeIndex, whose ops take the whole graph's meaning; mgg's
+    layers take it as the job's graph), ``edge_weight`` [E] under T.GCNNorm, ``adj_t``
+    under T.ToSparseTensor (the job's DistGraph ``g``), ``edge_attr`` None;
+    ``num_nodes`` counts every rank's nodes, ``node_ids`` [n] (numpy) the original id of
+    each row."""
 
     def __init__(self, **attrs):
         self.__dict__.update(attrs)
@@ -98,7 +104,10 @@ def load(
         x = Rows.of(x, g)
     graph = {"adj_t": g} if opts["adj_t"] else {}
     if not opts.get("remove_edge_index") or not opts["adj_t"]:
-        graph["edge_index"] = g
+        graph["edge_index"] = EdgeIndex.of(g)
+        if g.kind == "gcn_norm":  # T.GCNNorm's weights, as PyG's transform sets them
+            w = as_tensor(PlanArrays.of(g).weights)
+            graph["edge_weight"] = w.to(x.dtype if x.dtype.is_floating_point else w.dtype)
     return Data(
         x=x,
         y=Rows.of(local.y, g),

@@ -52,7 +52,7 @@ def check_graph(g, what: str) -> None:
         raise TypeError(
             f"{what}: the graph argument g must be the job's DistGraph, got "
             f"{type(g).__name__}: mgg layers run inside an mgg job (mgg.train.prepare or "
-            "DistGraph.build makes it)"
+            "DistGraph.build makes it; a PyG script's data.g)"
         )
 
 

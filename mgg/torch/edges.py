@@ -113,19 +113,21 @@ class _Owners(Op):
 # ---- the tensors ---------------------------------------------------------------------------
 
 
-class _Tagged(torch.Tensor):
+class Tagged(torch.Tensor):
+    """EdgeIndex and SrcIndex: their ops (the module's rules)."""
+
     space: Space | None = None
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        space = next(a.space for a in _flat(args, kwargs) if isinstance(a, _Tagged))
+        space = next(a.space for a in _flat(args, kwargs) if isinstance(a, Tagged))
         handler = _HANDLERS.get(func)
         if handler is not None:
             return handler(space, func, *args, **kwargs)
         if func in _META:
             return _run(func, args, kwargs)
-        if func in _KEEP and isinstance(args[0], _Tagged) and len(_tags(args, kwargs)) == 1:
+        if func in _KEEP and isinstance(args[0], Tagged) and len(_tags(args, kwargs)) == 1:
             out = _run(func, args, kwargs)
             if isinstance(out, torch.Tensor) and not out.is_floating_point():
                 return _tag(type(args[0]), out, space)
@@ -142,7 +144,7 @@ class _Tagged(torch.Tensor):
         return f"{type(self).__name__}({_run(torch.Tensor.__repr__, (self,), {})})"
 
 
-class EdgeIndex(_Tagged):
+class EdgeIndex(Tagged):
     """This rank's edges [2, E] in local ids (see the module); ``EdgeIndex.of(g)``."""
 
     @staticmethod
@@ -154,6 +156,18 @@ class EdgeIndex(_Tagged):
             space = Space(g, g.plan)
             space.index = arrays.edge_index = _tag(EdgeIndex, torch.stack([src, dst]), space)
         return arrays.edge_index
+
+    def graph(self, who: str):
+        """The DistGraph this is the edge_index of (what mgg's fused layers take), when it
+        is that graph's own; a changed one (loops, masks, flip) raises."""
+        space = self.space
+        if space.index is not self or space.transposed:
+            raise InputError(
+                f"{who}: mgg's fused layer runs over the job's graph, and this edge_index was "
+                "changed (loops, masks or flip): pass data.edge_index as loaded, or use PyG's "
+                f"class (mgg.pyg.convs.distributed(torch_geometric.nn.{who}))"
+            )
+        return space.g
 
     def flipped(self) -> EdgeIndex:
         """The transposed graph's edges (each node's out-edges, on its rank); only the
@@ -169,7 +183,7 @@ class EdgeIndex(_Tagged):
         return space.flipped.index
 
 
-class SrcIndex(_Tagged):
+class SrcIndex(Tagged):
     """Edge sources in [0, n + H) (see the module)."""
 
 
@@ -213,7 +227,7 @@ def _flat(args, kwargs):
 
 
 def _tags(args, kwargs):
-    return [a for a in _flat(args, kwargs) if isinstance(a, _Tagged)]
+    return [a for a in _flat(args, kwargs) if isinstance(a, Tagged)]
 
 
 def _unwrap(a):
@@ -259,7 +273,7 @@ def _getitem(space, func, t, idx):
         if isinstance(row, int) and row in (1, -1):
             return whole
         if isinstance(row, slice) and row == slice(None) and len(rest) == 1:
-            if not isinstance(rest[0], _Tagged):
+            if not isinstance(rest[0], Tagged):
                 return _tag(EdgeIndex, whole, space)
     elif isinstance(t, SrcIndex) and not _tags((idx,), {}):
         return _tag(SrcIndex, _run(func, (t, idx), {}), space)
@@ -271,15 +285,15 @@ def _getitem(space, func, t, idx):
 
 
 def _setitem(space, func, t, idx, value):
-    if isinstance(idx, SrcIndex) and not isinstance(t, _Tagged):
+    if isinstance(idx, SrcIndex) and not isinstance(t, Tagged):
         _local(idx, space, "t[src] = v")  # PyG sets self loops' values so: src == dst
         return _run(func, (t, idx, value), {})
     raise InputError(f"{_layer()}assigning into {_what((t, idx), {})} has no global meaning")
 
 
 def _index_select(space, func, t, dim, index):
-    if isinstance(t, _Tagged):
-        if isinstance(index, _Tagged):
+    if isinstance(t, Tagged):
+        if isinstance(index, Tagged):
             raise InputError(f"{_layer()}index_select of edge_index by its own sources")
         return _tag(type(t), _run(func, (t, dim, index), {}), space)
     dim = dim % t.dim()
@@ -287,7 +301,7 @@ def _index_select(space, func, t, dim, index):
 
 
 def _gather(space, func, t, dim, index, **kw):
-    if isinstance(t, _Tagged):
+    if isinstance(t, Tagged):
         raise InputError(f"{_layer()}gather from edge_index has no global meaning")
     dim = dim % t.dim()
     return torch.gather(space.extend(t, dim, "gather"), dim, _plain(index), **kw)
@@ -296,7 +310,7 @@ def _gather(space, func, t, dim, index, **kw):
 def _scatter(space, func, t, dim, index, src, *rest, **kw):
     """scatter_add(_), index_add(_), scatter_reduce(_)('sum'): at the sources' owners."""
     name = func.__name__
-    if isinstance(t, _Tagged) or isinstance(src, _Tagged) or not isinstance(index, SrcIndex):
+    if isinstance(t, Tagged) or isinstance(src, Tagged) or not isinstance(index, SrcIndex):
         raise InputError(f"{_layer()}{name} with edge_index as values has no global meaning")
     if name.startswith("scatter_reduce"):
         reduce = rest[0] if rest else kw.get("reduce")
@@ -324,7 +338,7 @@ def _scatter(space, func, t, dim, index, src, *rest, **kw):
 
 
 def _index_put(space, func, t, indices, values, accumulate=False):
-    if isinstance(t, _Tagged) or len(indices) != 1 or not isinstance(indices[0], SrcIndex):
+    if isinstance(t, Tagged) or len(indices) != 1 or not isinstance(indices[0], SrcIndex):
         raise InputError(f"{_layer()}index_put with edge_index has no global meaning")
     if not accumulate:
         return _setitem(space, torch.Tensor.__setitem__, t, indices[0], values)
@@ -340,25 +354,25 @@ def _compare(space, func, a, b):
 
 
 def _cat(space, func, tensors, dim=0, **kw):
-    kinds = {type(t) for t in tensors if isinstance(t, _Tagged)}
+    kinds = {type(t) for t in tensors if isinstance(t, Tagged)}
     if kinds == {EdgeIndex} and dim in (1, -1):
         for t in tensors:
-            if isinstance(t, _Tagged) and t.space is not space:
+            if isinstance(t, Tagged) and t.space is not space:
                 raise InputError(f"{_layer()}cat of two graphs' edge_index")
-            if not isinstance(t, _Tagged):
+            if not isinstance(t, Tagged):
                 _local(t, space, "cat(edge_index, edges)")
         return _tag(EdgeIndex, _run(func, (tensors, dim), kw), space)
     if kinds == {SrcIndex} and dim in (0, -1) and all(t.dim() == 1 for t in tensors):
         for t in tensors:
-            if not isinstance(t, _Tagged):
+            if not isinstance(t, Tagged):
                 _local(t, space, "cat(sources, ids)")
         return _tag(SrcIndex, _run(func, (tensors, dim), kw), space)
     raise InputError(f"{_layer()}cat of {_what((tensors,), {})} this way")
 
 
 def _stack(space, func, tensors, dim=0, **kw):
-    if len(tensors) == 2 and dim == 0 and not isinstance(tensors[1], _Tagged):
-        if not isinstance(tensors[0], _Tagged):
+    if len(tensors) == 2 and dim == 0 and not isinstance(tensors[1], Tagged):
+        if not isinstance(tensors[0], Tagged):
             _local(tensors[0], space, "stack")
         return _tag(EdgeIndex, _run(func, (tensors, dim), kw), space)
     raise InputError(
@@ -445,4 +459,4 @@ _KEEP = {
 }
 _KEEP |= {torch.flatten, torch.unsqueeze, torch.squeeze, torch.reshape, torch.narrow}
 
-__all__ = ["EdgeIndex", "SrcIndex", "Space", "running"]
+__all__ = ["EdgeIndex", "SrcIndex", "Space", "Tagged", "running"]

@@ -25,6 +25,7 @@ from ..errors import InputError
 from .aggregation import halo
 from .checks import check_graph
 from .dropouts import edge_index
+from .edges import EdgeIndex
 from .interop import Op, as_array, as_tensor
 from .plan_arrays import PlanArrays
 
@@ -139,6 +140,8 @@ class MessagePassing(nn.Module):
 
     def propagate(self, g, size=None, **kwargs) -> torch.Tensor:
         """message -> aggregate -> update over the in-edges of this rank's nodes."""
+        if isinstance(g, EdgeIndex):
+            g = g.graph(type(self).__name__)
         check_graph(g, type(self).__name__)
         if size is not None:
             raise InputError(f"{type(self).__name__}.propagate: mgg has no bipartite size")

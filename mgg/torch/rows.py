@@ -36,6 +36,7 @@ from ..hashing import key64
 from .checks import InputRows, check_graph
 from .collectives import GradSync
 from .dropouts import dropout
+from .edges import EdgeIndex, Tagged
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -57,6 +58,8 @@ class Rows(torch.Tensor):
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if any(issubclass(t, Tagged) for t in types):
+            return NotImplemented  # edge_index's ops: mgg.torch.edges gives them their meaning
         kwargs = kwargs or {}
         g = _graph_of(args, kwargs)
         handler = _HANDLERS.get(func)
@@ -378,11 +381,14 @@ _REDUCTIONS = {
 def rows_io(forward):
     """A layer's forward on Rows: its tensors enter as plain rows, and its tensor outputs
     come back as Rows of the input's graph (plain tensors in, plain out). A parameter
-    ``g`` left out is the input's graph."""
+    ``g`` left out is the input's graph; PyG's edge_index (mgg.torch.edges.EdgeIndex, a
+    PyG script's data.edge_index) in its place is its graph."""
     names = list(inspect.signature(forward).parameters)[1:]
 
     @functools.wraps(forward)
     def wrapper(self, *args, **kwargs):
+        if any(isinstance(a, EdgeIndex) for a in (*args, *kwargs.values())):
+            args, kwargs = _graphs_in(type(self).__name__, args, kwargs)
         g = _graph_of(args, kwargs)
         if g is None:
             return forward(self, *args, **kwargs)
@@ -392,6 +398,15 @@ def rows_io(forward):
         return _as_rows(forward(self, *args, **kwargs), g)
 
     return wrapper
+
+
+def _graphs_in(who: str, args, kwargs):
+    """PyG's edge_index (data.edge_index) in a layer's arguments as the job's DistGraph."""
+
+    def graph(a):
+        return a.graph(who) if isinstance(a, EdgeIndex) else a
+
+    return tuple(map(graph, args)), {k: graph(v) for k, v in kwargs.items()}
 
 
 __all__ = ["Rows", "DistributedModel", "global_value", "plain", "rows_io"]
