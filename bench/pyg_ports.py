@@ -11,8 +11,18 @@ epoch comes from ``--rounds`` short runs of each side, alternating PyG and mgg, 
 slow phases of this 2-vCPU machine (seconds to minutes in which it runs as if it had
 one core: mgg's parallel step 1.5x slower, PyG's 1.25x) fall on both sides.
 
+Seeds: every run starts as ``python -c SEEDED <seed> <script> ...``, which calls
+torch.manual_seed(seed) and runs the script unchanged (runpy). A script that seeds torch
+itself (gcn.py, gat.py, gcn2_cora.py: torch.manual_seed(0)) overrides it and is run for
+one seed; the others (PyG's sgc, tagcn, arma, mixhop call no manual_seed) are run for
+each of ``--seeds`` on both sides, and the accuracy is their mean. The 4-rank run and the
+timing rounds use the first seed (every rank must start from the same weights: mgg does
+not broadcast them).
+
     python bench/pyg_ports.py [--scripts gcn,gat,gcn2_cora] [--gcn2-epochs 1000]
-                              [--rounds 7] [--round-epochs 40]
+                              [--seeds 0,1,2] [--rounds 7] [--round-epochs 40]
+
+A run of scripts other than the default three writes pyg_ports-<scripts>.{json,md,png,log}.
 """
 
 from __future__ import annotations
@@ -32,6 +42,44 @@ from common import RESULTS, ROOT, write_atomic, write_results  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "pyg"
 EPOCHS = {"gcn": 200, "gat": 200, "gcn2_cora": 1000}
+EPOCHS |= {"sgc": 100, "tagcn": 200, "arma": 400, "mixhop": 100}  # PyG's examples' own
+DEFAULT = "gcn,gat,gcn2_cora"
+# torch.manual_seed(argv[1]), then the script argv[2] with the arguments after it, as
+# `python script ...` runs it (__file__, __name__ == "__main__", its folder first on sys.path)
+SEEDED = (
+    "import os, runpy, sys, torch\n"
+    "torch.manual_seed(int(sys.argv[1]))\n"
+    "sys.argv = sys.argv[2:]\n"
+    "sys.path[0] = os.path.dirname(os.path.realpath(sys.argv[0]))\n"
+    "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+)
+
+
+def seeded(py: str, seed: int, script, *args) -> list[str]:
+    """The command line that runs ``script`` with ``args`` after torch.manual_seed(seed)."""
+    return [py, "-c", SEEDED, str(seed), str(script), *map(str, args)]
+
+
+def seeds_itself(script: Path) -> bool:
+    return "torch.manual_seed(" in script.read_text()
+
+
+# what a reader of the table needs to know about these scripts' rows
+NOTES = {
+    (
+        "sgc",
+        "tagcn",
+        "arma",
+        "mixhop",
+    ): "SGConv, TAGConv, ARMAConv and MixHopConv are PyG's own classes on both sides "
+    "(mgg.pyg.convs runs PyG's forward and propagate over mgg's EdgeIndex), and they take "
+    "the input features dense (PyG's SGConv, TAGConv and MixHop propagate x before any "
+    "Linear), so the step's work is PyG's on both sides.",
+    ("arma",): "ARMAConv(dropout=0.25) drops its skip connection's rows with PyG's F.dropout "
+    "inside the layer, on the plain rows mgg hands it: each rank draws torch's mask for "
+    "its own rows, so arma's losses at 4 ranks are not 1 rank's (with the layer's dropout "
+    "at 0 they are equal: tests/test_pyg_examples.py).",
+}
 MARK = re.compile(r"^(\s*)(.*?)\s*# PyG: (.*)$")
 
 
@@ -70,13 +118,16 @@ def run(argv: list[str], env_path: str | None = None) -> dict:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scripts", default="gcn,gat,gcn2_cora")
+    ap.add_argument("--scripts", default=DEFAULT)
+    ap.add_argument("--seeds", default="0,1,2", help="for scripts that do not seed torch")
     ap.add_argument("--equal-epochs", type=int, default=50)
     ap.add_argument("--gcn2-epochs", type=int, default=EPOCHS["gcn2_cora"])
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--round-epochs", type=int, default=40)
     args = ap.parse_args()
     epochs = {**EPOCHS, "gcn2_cora": args.gcn2_epochs}
+    seed_list = [int(s) for s in args.seeds.split(",")]
+    out = "pyg_ports" if args.scripts == DEFAULT else "pyg_ports-" + args.scripts.replace(",", "-")
     py, mggrun = sys.executable, str(ROOT / "launch" / "mggrun")
     table, runs = [], {}
     # the twin sits as deep as the example, so its data path (from __file__) is the same
@@ -86,31 +137,50 @@ def main():
             pyg_script = Path(tmp) / f"{name}.py"
             changed = twin(script, pyg_script)
             e = ["--epochs", str(epochs[name])]
-            print(f"{name}: PyG ...", flush=True)
-            pyg = run([py, pyg_script, *e], env_path=str(ROOT / "bench"))
-            print(f"{name}: mgg at 1 rank ...", flush=True)
-            one = run([py, mggrun, "-np", "1", py, script, *e])
+            bench = str(ROOT / "bench")
+            seeds = seed_list[:1] if seeds_itself(script) else seed_list
+            pygs, ones = [], []
+            for s in seeds:
+                print(f"{name}: PyG, seed {s} ...", flush=True)
+                pygs.append(run(seeded(py, s, pyg_script, *e), env_path=bench))
+                print(f"{name}: mgg at 1 rank, seed {s} ...", flush=True)
+                ones.append(run([py, mggrun, "-np", "1", *seeded(py, s, script, *e)]))
+            pyg, one = pygs[0], ones[0]
             print(f"{name}: mgg at 4 ranks ...", flush=True)
             k = min(args.equal_epochs, epochs[name])
-            four = run([py, mggrun, "-np", "4", py, script, "--epochs", str(k)])
+            four = run([py, mggrun, "-np", "4", *seeded(py, seeds[0], script, "--epochs", k)])
             diff = float(np.abs(np.array(four["loss"]) - np.array(one["loss"][:k])).max())
             rounds = {"pyg": [], "mgg": []}
             r = ["--epochs", str(args.round_epochs)]
             for i in range(args.rounds):
                 print(f"{name}: timing round {i + 1}/{args.rounds} ...", flush=True)
-                rounds["pyg"].append(run([py, pyg_script, *r], str(ROOT / "bench"))["epoch_s"])
-                rounds["mgg"].append(run([py, mggrun, "-np", "1", py, script, *r])["epoch_s"])
+                rounds["pyg"].append(run(seeded(py, seeds[0], pyg_script, *r), bench)["epoch_s"])
+                cmd = [py, mggrun, "-np", "1", *seeded(py, seeds[0], script, *r)]
+                rounds["mgg"].append(run(cmd)["epoch_s"])
             t_pyg, t_mgg = (float(np.median(rounds[k])) for k in ("pyg", "mgg"))
             ratios = [a / b for a, b in zip(rounds["pyg"], rounds["mgg"], strict=True)]
-            runs[name] = {"pyg": pyg, "mgg_1": one, "mgg_4": four, "rounds_s": rounds}
+            acc_pyg = float(np.mean([p["final_test"] for p in pygs]))
+            acc_mgg = float(np.mean([o["final_test"] for o in ones]))
+            runs[name] = {
+                "pyg": pyg,
+                "mgg_1": one,
+                "mgg_4": four,
+                "rounds_s": rounds,
+                "seeds": seeds,
+                "pyg_seeds": pygs[1:],
+                "mgg_1_seeds": ones[1:],
+            }
             table.append(
                 {
                     "script": f"examples/pyg/{name}.py",
                     "changed lines": f"{changed} + launch",
                     "epochs": epochs[name],
-                    "PyG test acc": pyg["final_test"],
-                    "mgg test acc (1 rank)": one["final_test"],
-                    "acc diff (points)": round(100 * (one["final_test"] - pyg["final_test"]), 2),
+                    "seeds": "0 (its own)" if seeds_itself(script) else ",".join(map(str, seeds)),
+                    "PyG test acc": acc_pyg,
+                    "mgg test acc (1 rank)": acc_mgg,
+                    "acc diff (points)": round(100 * (acc_mgg - acc_pyg), 2),
+                    "PyG per seed": " ".join(f"{p['final_test']:.3f}" for p in pygs),
+                    "mgg per seed": " ".join(f"{o['final_test']:.3f}" for o in ones),
                     f"max loss diff 1 vs 4 ranks ({k} epochs)": diff,
                     "PyG ms/epoch": 1e3 * t_pyg,
                     "mgg ms/epoch (1 rank)": 1e3 * t_mgg,
@@ -121,30 +191,34 @@ def main():
             )
             print(table[-1], flush=True)
     notes = (
-        "Test accuracy at the best validation epoch (the examples' protocol). Dropout masks "
+        "Test accuracy at the best validation epoch (the examples' protocol), the mean over "
+        "the seeds (torch.manual_seed before the unchanged script; gcn, gat and gcn2_cora "
+        "seed themselves). Dropout masks "
         "differ between PyG (torch's RNG) and mgg (its rank-invariant masks), so the runs "
         "agree in distribution, not step for step. Time per epoch: the training step, "
         "median after 10 epochs of each timing round (PyG and mgg alternate), one process "
         "each; 'PyG / mgg' is the median of the rounds' ratios, 'best rounds' each side's "
         "fastest round (the machine undisturbed); the 4-rank runs on this 2-core machine "
-        "are oversubscribed and measure only that the losses equal 1 rank's. Where the "
-        "GCN and GAT ratios come from: profiled, 83% of PyG's GCN step is torch's dropout "
-        "mask (bernoulli_) over Cora's dense 2708 x 1433 features, while mgg keeps "
-        "bag-of-words features sparse and draws masks for the stored entries only: "
-        "mostly the input's form, not the aggregation. GCNII's 64 layers of 64 channels "
-        "are dense GEMMs and aggregations on both sides: three 2708 x 64 x 64 GEMMs a layer "
-        "(about 25 of mgg's 85 ms a step) are the same work for both; mgg's GCN2Conv runs "
-        "as one op (mgg.torch.aggregation.gcn2) whose backward scales and sums in the GEMM."
+        "are oversubscribed and measure only that the losses equal 1 rank's."
     )
+    names = set(args.scripts.split(","))
+    if names & {"gcn", "gat", "gcn2_cora"}:
+        notes += (
+            " Where the "
+            "GCN and GAT ratios come from: profiled, 83% of PyG's GCN step is torch's dropout "
+            "mask (bernoulli_) over Cora's dense 2708 x 1433 features, while mgg keeps "
+            "bag-of-words features sparse and draws masks for the stored entries only: "
+            "mostly the input's form, not the aggregation. GCNII's 64 layers of 64 channels "
+            "are dense GEMMs and aggregations on both sides: three 2708 x 64 x 64 GEMMs a "
+            "layer (about 25 of mgg's 85 ms a step) are the same work for both; mgg's "
+            "GCN2Conv runs as one op (mgg.torch.aggregation.gcn2) whose backward scales and "
+            "sums in the GEMM."
+        )
+    notes += "".join(f" {text}" for which, text in NOTES.items() if names & set(which))
     cols = list(table[0])
     write_results(
-        "pyg_ports",
-        {
-            "runs": {
-                k: {r: {x: y for x, y in v.items() if x != "log"} for r, v in d.items()}
-                for k, d in runs.items()
-            }
-        },
+        out,
+        {"runs": {k: {r: lean(v) for r, v in d.items()} for k, d in runs.items()}},
         table,
         cols,
         notes,
@@ -152,11 +226,20 @@ def main():
     logs = "\n".join(
         f"## {k} {r}\n{v['log']}" for k, d in runs.items() for r, v in d.items() if "log" in v
     )
-    write_atomic(RESULTS / "pyg_ports.log", logs)
-    plot(runs)
+    write_atomic(RESULTS / f"{out}.log", logs)
+    plot(runs, out)
 
 
-def plot(runs: dict) -> None:
+def lean(v):
+    """A run's record without its log (the .log file keeps the first seed's)."""
+    if isinstance(v, list):
+        return [lean(x) for x in v]
+    if isinstance(v, dict):
+        return {x: y for x, y in v.items() if x != "log"}
+    return v
+
+
+def plot(runs: dict, out: str = "pyg_ports") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -175,7 +258,7 @@ def plot(runs: dict) -> None:
         ax.set_ylabel("training loss")
         ax.legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "pyg_ports.png", dpi=120)
+    fig.savefig(RESULTS / f"{out}.png", dpi=120)
 
 
 if __name__ == "__main__":
