@@ -26,6 +26,8 @@ from torch.utils._pytree import tree_map
 
 from ..distgraph import DistGraph
 from ..errors import InputError
+from ..precision import torch_dtype
+from ..torch.aggregation import aggregate
 from ..torch.checks import InputRows
 from ..torch.collectives import all_reduce
 from ..torch.edges import EdgeIndex, running
@@ -101,10 +103,73 @@ class Distributed:
     def propagate(self, edge_index, size=None, **kwargs):
         if size is not None:
             raise InputError(f"{type(self).__name__}.propagate: size (a bipartite graph)")
-        return _original(self, "propagate")(self, _edges(edge_index, self), size, **kwargs)
+        edge_index = _edges(edge_index, self)
+        out = spmm(self, edge_index, kwargs)
+        if out is not None:
+            return self.update(out)
+        return _original(self, "propagate")(self, edge_index, size, **kwargs)
 
     def edge_updater(self, edge_index, size=None, **kwargs):
         return _original(self, "edge_updater")(self, _edges(edge_index, self), size, **kwargs)
+
+
+def spmm(layer, edge_index: EdgeIndex, kwargs: dict):
+    """PyG's message_and_aggregate (its spmm: a sum or mean of x_j weighted by
+    edge_weight) on mgg's aggregation kernel, where the layer's contract says that is what
+    its message and aggregate compute and the edges are the graph's and its loops; None
+    where not (PyG's own propagate runs)."""
+    parts, x, w = edge_index.parts, kwargs.get("x"), kwargs.get("edge_weight")
+    g = edge_index.space.g
+    if parts is None or edge_index.space.transposed or not _spmm_class(type(layer)):
+        return None
+    if layer.aggr not in ("add", "sum", "mean") or not layer.fuse or _hooked(layer):
+        return None
+    if layer.explain or layer.decomposed_layers != 1:
+        return None
+    if isinstance(x, tuple | list) and len(x) == 2:  # PyG's (sources', destinations')
+        x = x[0]  # rows: its spmm reads the sources'
+    if set(kwargs) - {"x", "edge_weight"} or not isinstance(x, torch.Tensor):
+        return None
+    if x.dim() != 2 or x.dtype != torch_dtype(g.dtype) or isinstance(x, InputRows):
+        return None
+    e0, loops = parts
+    if w is not None and (
+        w.dim() != 1 or w.dtype != x.dtype or w.shape[0] != e0 + loops * x.shape[0]
+    ):
+        return None
+    out = aggregate(x, g, "sum", weights=None if w is None else w[:e0])
+    if loops:
+        out = out + (x if w is None else w[e0:, None] * x)
+    if layer.aggr == "mean":
+        deg = torch.as_tensor(g.plan.in_degrees(), dtype=x.dtype, device=x.device) + loops
+        out = out / deg.clamp(min=1)[:, None]
+    return out
+
+
+@functools.cache
+def _spmm_class(cls) -> bool:
+    """Whether cls's message_and_aggregate is spmm(adj_t, x) (its args x and edge_weight)
+    of messages x_j weighted by edge_weight, and update the aggregate itself: then, by
+    PyG's contract that both paths agree, mgg's weighted sum computes it."""
+    from torch_geometric.inspector import Inspector
+
+    ins = Inspector(cls)
+    for name in ("message", "message_and_aggregate", "update"):
+        ins.inspect_signature(getattr(cls, name), exclude=[0] if name != "message" else None)
+    return (
+        ins.implements("message_and_aggregate")
+        and set(ins.get_param_names("message")) <= {"x_j", "edge_weight"}
+        and set(ins.get_param_names("message_and_aggregate")) <= {"x", "edge_weight"}
+        and not ins.get_param_names("update")
+    )
+
+
+def _hooked(layer) -> bool:
+    return any(
+        getattr(layer, name)
+        for name in vars(layer)
+        if name.endswith("_hooks") and name.startswith(("_propagate", "_message", "_aggregate"))
+    )
 
 
 def _original(layer, name: str):

@@ -68,6 +68,12 @@ class Space:
         out = t[: self.n] + _Owners.apply(t[self.n :], self.exchange)
         return out.movedim(0, dim)
 
+    def everywhere(self, flag) -> bool:
+        """Collective: whether ``flag`` holds on every rank (what the ranks decide alike)."""
+        if self.plan.num_ranks == 1:
+            return bool(flag)
+        return bool(self.g.comm.allreduce(np.array([float(bool(flag))]), "min")[0])
+
     def check_rows(self, t: torch.Tensor, what: str) -> None:
         if t.shape[0] != self.n:
             raise InputError(
@@ -117,6 +123,9 @@ class Tagged(torch.Tensor):
     """EdgeIndex and SrcIndex: their ops (the module's rules)."""
 
     space: Space | None = None
+    # an EdgeIndex's edges as (E0, loops): its first E0 are the plan's, in edge_index(g)'s
+    # order, then (loops) one self loop per node in order; None: unknown
+    parts: tuple[int, bool] | None = None
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -155,6 +164,7 @@ class EdgeIndex(Tagged):
             src, dst = (as_tensor(a) for a in arrays.index)
             space = Space(g, g.plan)
             space.index = arrays.edge_index = _tag(EdgeIndex, torch.stack([src, dst]), space)
+            space.index.parts = (src.shape[0], False)
         return arrays.edge_index
 
     def graph(self, who: str):
@@ -274,7 +284,12 @@ def _getitem(space, func, t, idx):
             return whole
         if isinstance(row, slice) and row == slice(None) and len(rest) == 1:
             if not isinstance(rest[0], Tagged):
-                return _tag(EdgeIndex, whole, space)
+                out = _tag(EdgeIndex, whole, space)
+                keep = rest[0]  # PyG's remove_self_loops on a graph without: all kept
+                if isinstance(keep, torch.Tensor) and keep.dtype == torch.bool:
+                    if t.parts and space.everywhere(keep.shape[0] == t.shape[1] and keep.all()):
+                        out.parts = t.parts
+                return out
     elif isinstance(t, SrcIndex) and not _tags((idx,), {}):
         return _tag(SrcIndex, _run(func, (t, idx), {}), space)
     elif isinstance(idx, SrcIndex):
@@ -361,13 +376,27 @@ def _cat(space, func, tensors, dim=0, **kw):
                 raise InputError(f"{_layer()}cat of two graphs' edge_index")
             if not isinstance(t, Tagged):
                 _local(t, space, "cat(edge_index, edges)")
-        return _tag(EdgeIndex, _run(func, (tensors, dim), kw), space)
+        out = _tag(EdgeIndex, _run(func, (tensors, dim), kw), space)
+        out.parts = _loops_after(tensors, space)
+        return out
     if kinds == {SrcIndex} and dim in (0, -1) and all(t.dim() == 1 for t in tensors):
         for t in tensors:
             if not isinstance(t, Tagged):
                 _local(t, space, "cat(sources, ids)")
         return _tag(SrcIndex, _run(func, (tensors, dim), kw), space)
     raise InputError(f"{_layer()}cat of {_what((tensors,), {})} this way")
+
+
+def _loops_after(tensors, space):
+    """(E0, True) when ``tensors`` are the plan's edges and then each node's loop."""
+    if len(tensors) != 2 or not isinstance(tensors[0], EdgeIndex) or isinstance(tensors[1], Tagged):
+        return None
+    head, loops = tensors[0].parts, _plain(tensors[1])
+    if head is None or head[1]:
+        return None
+    ids = torch.arange(space.n, device=loops.device)
+    same = loops.shape == (2, space.n) and bool((loops == ids).all())
+    return (head[0], True) if space.everywhere(same) else None
 
 
 def _stack(space, func, tensors, dim=0, **kw):
