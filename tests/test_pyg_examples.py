@@ -1,7 +1,7 @@
 """examples/pyg's ports of PyG's examples/sgc.py, tagcn.py, arma.py and mixhop.py: each at 1
-and 4 ranks gives the same losses and accuracies line for line (arma.py not yet, an
-expected failure: ARMA_DROPOUT says why), and its PyG twin (bench/pyg_ports.py) differs
-from it in exactly the lines it marks `# PyG:`.
+and 4 ranks gives the same losses and accuracies line for line (arma.py's ARMAConv drops
+its rows inside the layer: mgg.pyg.inside gives that F.dropout mgg's masks), and its PyG
+twin (bench/pyg_ports.py) differs from it in exactly the lines it marks `# PyG:`.
 
 PyG's four scripts call no torch.manual_seed, and mgg does not broadcast a model's initial
 weights: started as they are, the ranks of a job (and two runs) begin from different
@@ -62,21 +62,8 @@ def runs():
     return out
 
 
-# ARMAConv(dropout=0.25) drops its skip connection's rows with PyG's own F.dropout inside
-# the layer (torch_geometric/nn/conv/arma_conv.py: root = F.dropout(x, ...)), on the plain
-# rows mgg.pyg.convs hands it: each rank draws torch's mask for its own rows, not the mask
-# one process draws for the whole (mgg's rank-invariant masks apply to F.dropout on Rows,
-# outside a layer). With the layer's dropout at 0, arma.py's losses at 4 ranks equal 1
-# rank's exactly.
-ARMA_DROPOUT = pytest.mark.xfail(
-    strict=True, reason="a PyG layer's own F.dropout on node rows draws torch's masks per rank"
-)
-
-
 @pytest.mark.mpi
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=ARMA_DROPOUT) if n == "arma" else n for n in SCRIPTS]
-)
+@pytest.mark.parametrize("name", list(SCRIPTS))  # arma: ARMAConv's own F.dropout on rows
 def test_a_pyg_example_loses_the_same_at_1_and_4_ranks(runs, name):
     one, four = runs[1][name], runs[4][name]
     assert [ln[0] for ln in one] == [ln[0] for ln in four] == list(range(1, EPOCHS + 1))

@@ -5,10 +5,13 @@ parameters, so state_dicts load both ways) with mgg supplying what is distribute
 The layer gets ``EdgeIndex.of(g)`` for the job's DistGraph g (the graph as loaded:
 data.edge_index), whose ops have the whole graph's meaning (mgg.torch.edges): PyG's
 ``propagate`` gathers x_j through the halo, ``gcn_norm`` and ``degree`` count global
-degrees, ``softmax`` spans a destination's in-edges (all on its rank). Its inputs enter
-as plain rows (input features in a sparse or chunked form, dense) and its node outputs
-come back as Rows; the MessagePassing and BatchNorm
-modules inside it (an inner conv, GENConv's MLP) become distributed too.
+degrees, ``softmax`` spans a destination's in-edges (all on its rank); where the class's
+message_and_aggregate is a weighted sum over the graph's edges and loops, mgg's kernel
+runs it (``spmm``). Its inputs enter as plain rows (input features in a sparse or
+chunked form, dense) and its node outputs come back as Rows; the MessagePassing and
+BatchNorm modules inside it (an inner conv, GENConv's MLP) become distributed too, and
+while it runs mgg.pyg.inside gives its dropout of rows and its whole-tensor reductions
+their meaning across ranks.
 
 Every homogeneous conv of the installed PyG is in RUNS or REFUSED (tests/test_pyg_convs.py
 walks torch_geometric.nn.conv): a refused one raises at import with its reason.
@@ -16,12 +19,9 @@ walks torch_geometric.nn.conv): a refused one raises at import with its reason.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import math
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_map
 
 from ..distgraph import DistGraph
@@ -29,9 +29,9 @@ from ..errors import InputError
 from ..precision import torch_dtype
 from ..torch.aggregation import aggregate
 from ..torch.checks import InputRows
-from ..torch.collectives import all_reduce
 from ..torch.edges import EdgeIndex, running
-from ..torch.rows import Rows, global_value, plain
+from ..torch.rows import Rows, plain
+from .inside import RanksBatchNorm1d, inside
 
 FUSED = ("GCNConv", "SAGEConv", "GINConv", "GINEConv", "GATConv", "GATv2Conv", "GCN2Conv")
 FUSED += ("APPNP", "EdgeConv")  # mgg's own layers (mgg.torch.layers), PyG's signatures
@@ -218,9 +218,6 @@ def _wrapped(forward):
     return run
 
 
-_GRAPH: list = []  # the graph of the distributed layers running (innermost last)
-
-
 def _edges(edge_index, layer):
     if isinstance(edge_index, DistGraph):
         if edge_index.kind == "gcn_norm":
@@ -262,13 +259,8 @@ def _forward(layer, forward, args, kwargs):
             f"{type(layer).__name__}: none of its arguments is the job's graph "
             "(data.edge_index): mgg.pyg.nn's layers run inside an mgg job"
         )
-    whole = _Whole(g) if g.size > 1 and not _GRAPH else contextlib.nullcontext()
-    _GRAPH.append(g)
-    try:
-        with running(type(layer).__name__), whole:
-            out = forward(*args, **kwargs)
-    finally:
-        _GRAPH.pop()
+    with inside(g), running(type(layer).__name__):
+        out = forward(*args, **kwargs)
     n = g.num_local_nodes
 
     def leave(t):
@@ -277,85 +269,6 @@ def _forward(layer, forward, args, kwargs):
         return t
 
     return tree_map(leave, out)
-
-
-_T = torch.Tensor
-_FULL = {torch.max, torch.min, torch.amax, torch.amin, torch.sum, torch.mean}
-_FULL |= {_T.max, _T.min, _T.amax, _T.amin, _T.sum, _T.mean}
-_SHAPES = {_T.view, _T.reshape}
-
-
-class _Whole(TorchFunctionMode):
-    """While a distributed layer runs (P > 1): a full reduction (no dim) of a float tensor
-    whose rows are this rank's nodes or edges (ChebConv's largest edge weight) covers every
-    rank's, as on the whole graph; and a rank without edges views its empty per-edge
-    tensors with 0 for PyG's -1."""
-
-    def __init__(self, g):
-        super().__init__()
-        self.g = g
-        self.sizes = {g.num_local_nodes, EdgeIndex.of(g).shape[1]}
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        t = args[0] if len(args) == 1 and not kwargs else None
-        if func in _FULL and self._rows(t):
-            return global_value(self.g, func.__name__, t)
-        if func in _SHAPES and args[0].numel() == 0:  # a rank without edges: [0, ...]
-            shape = args[1] if len(args) == 2 and isinstance(args[1], tuple | list) else args[1:]
-            if -1 in shape:
-                args = (args[0], *_empty_shape(args[0], list(shape)))
-        out = func(*args, **kwargs)
-        if isinstance(out, EdgeIndex):
-            self.sizes.add(out.shape[1])
-        return out
-
-    def _rows(self, t) -> bool:
-        return (
-            isinstance(t, torch.Tensor)
-            and not isinstance(t, torch.nn.Parameter)
-            and t.is_floating_point()
-            and t.dim() >= 1
-            and t.shape[0] in self.sizes
-        )
-
-
-def _empty_shape(t: torch.Tensor, shape: list) -> list:
-    """PyG's view(..., -1, ...) of an empty tensor: -1 is 0 unless another dim is, then
-    the row width the others leave."""
-    i = shape.index(-1)
-    others = [d for j, d in enumerate(shape) if j != i]
-    if 0 not in others:
-        shape[i] = 0
-    else:
-        shape[i] = math.prod(t.shape[1:]) // max(math.prod(d for d in others if d), 1)
-    return shape
-
-
-class RanksBatchNorm1d(torch.nn.BatchNorm1d):
-    """torch's BatchNorm1d inside a distributed layer: in training, the statistics of
-    every rank's rows (the running ones updated with them), as one process computes."""
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        g = _GRAPH[-1] if _GRAPH else None
-        if g is None or g.size == 1 or not (self.training or not self.track_running_stats):
-            return super().forward(x)
-        x = plain(x)
-        if x.shape[0] != g.num_local_nodes:
-            raise InputError(
-                f"BatchNorm1d: {x.shape[0]} rows, this rank's nodes are {g.num_local_nodes}"
-            )
-        count = g.plan.num_nodes
-        mean = all_reduce(x.sum(0), g) / count
-        var = all_reduce(((x - mean) ** 2).sum(0), g) / count
-        if self.training and self.track_running_stats:
-            with torch.no_grad():
-                m = self.momentum if self.momentum is not None else 0.1
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
-                self.num_batches_tracked += 1
-        y = (x - mean) * torch.rsqrt(var + self.eps)
-        return y * self.weight + self.bias if self.affine else y
 
 
 __all__ = ["FUSED", "RUNS", "REFUSED", "Distributed", "distributed", "adopt", "refused"]

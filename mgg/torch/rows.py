@@ -219,13 +219,13 @@ class DistributedModel(torch.nn.Module):
 
 
 def _dropout(g, x, p=0.5, training=True, inplace=False):
-    _follow_torch_seed(g)
+    follow_torch_seed(g)
     if isinstance(x, InputRows):
         return dropout(x, g, p, training)
     return Rows.of(dropout(plain(x), g, p, training), g)
 
 
-def _follow_torch_seed(g) -> None:
+def follow_torch_seed(g) -> None:
     """Key g's masks by the job's seed and torch's (torch.manual_seed(s), the same on every
     rank of a script, moves mgg's masks as it moves torch's)."""
     k = g.keys
@@ -409,4 +409,4 @@ def _graphs_in(who: str, args, kwargs):
     return tuple(map(graph, args)), {k: graph(v) for k, v in kwargs.items()}
 
 
-__all__ = ["Rows", "DistributedModel", "global_value", "plain", "rows_io"]
+__all__ = ["Rows", "DistributedModel", "follow_torch_seed", "global_value", "plain", "rows_io"]
