@@ -1,7 +1,8 @@
 """Any PyG layer: every conv class of the installed PyG runs over mgg's distributed graph
 (equal to PyG's own class on the whole graph, forward and every gradient, at 1, 2 and 4
-ranks, on a messy graph and on a directed graph with hubs and an empty rank) or is refused
-at import with its reason. The cases are made from the lists in mgg.pyg.convs."""
+ranks, on Cora and on a directed graph with hubs and an empty rank; in one process on a
+messy graph with self loops too) or is refused at import with its reason. The cases are
+made from the lists in mgg.pyg.convs."""
 
 import inspect
 import json
@@ -183,7 +184,20 @@ def _graph(src, dst, n):
     return Graph(np.searchsorted(keys // n, np.arange(n + 1)), keys % n, num_nodes=n)
 
 
-GRAPHS = {"messy": messy, "hubs": hubs}
+CORA = ROOT / ".." / "shared" / "data" / "cora.npz"
+
+
+def cora():
+    """Cora's graph (2,708 nodes, 10,556 edges, no self loops): the P-rank cases' real
+    graph; the messy one where ../shared is absent."""
+    if not CORA.exists():
+        return messy()
+    from mgg.graph.specs import resolve
+
+    return resolve(str(CORA)).graph
+
+
+GRAPHS = {"cora": cora, "hubs": hubs}
 
 
 def inputs(g: Graph):
@@ -265,7 +279,7 @@ import mgg.torch as mt
 
 comm = get_comm()
 out = {}
-for graph in ("messy", "hubs"):
+for graph in t.GRAPHS:
     g = t.GRAPHS[graph]()
     dg = DistGraph.build(g, comm, ps=3, dtype=np.float64)
     for case in sys.argv[1].split(","):
@@ -342,11 +356,12 @@ def test_every_conv_of_pyg_is_listed_once():
 
 
 @pytest.mark.parametrize("case", CASE_IDS)
-def test_layer_equals_pyg_in_one_process(case):
+@pytest.mark.parametrize("graph", ["messy", "cora"])
+def test_layer_equals_pyg_in_one_process(case, graph):
     from mgg.distgraph import DistGraph
 
     name, i = case.rsplit("-", 1)
-    g = messy()
+    g = {"messy": messy, "cora": cora}[graph]()
     dg = DistGraph.build(g, None, ps=3, dtype=np.float64)
     check([ours(name, int(i), g, dg)], name, int(i), g)
 
