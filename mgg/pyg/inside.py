@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from ..errors import InputError
-from ..torch.collectives import all_reduce
 from ..torch.dropouts import dropout
 from ..torch.edges import EdgeIndex
+from ..torch.layers.norm import batch_statistics
 from ..torch.rows import follow_torch_seed, global_value, plain
 
 _GRAPH: list = []  # the graph of the distributed layers running (innermost last)
@@ -122,15 +122,7 @@ class RanksBatchNorm1d(torch.nn.BatchNorm1d):
             raise InputError(
                 f"BatchNorm1d: {x.shape[0]} rows, this rank's nodes are {g.num_local_nodes}"
             )
-        count = g.plan.num_nodes
-        mean = all_reduce(x.sum(0), g) / count
-        var = all_reduce(((x - mean) ** 2).sum(0), g) / count
-        if self.training and self.track_running_stats:
-            with torch.no_grad():
-                m = self.momentum if self.momentum is not None else 0.1
-                self.running_mean.mul_(1 - m).add_(m * mean)
-                self.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
-                self.num_batches_tracked += 1
+        mean, var = batch_statistics(self, x, g)
         y = (x - mean) * torch.rsqrt(var + self.eps)
         return y * self.weight + self.bias if self.affine else y
 

@@ -74,14 +74,7 @@ class BatchNorm(nn.Module):
             count = g.plan.num_nodes
             if count < 2 and not (count == 1 and self.allow_single_element):
                 raise ValueError(f"batch normalization needs at least 2 rows, got {count}")
-            mean = all_reduce(x.sum(0), g) / count
-            var = all_reduce(((x - mean) ** 2).sum(0), g) / count
-            if self.track_running_stats and self.training:
-                with torch.no_grad():
-                    m = self.momentum
-                    self.running_mean.mul_(1 - m).add_(m * mean)
-                    self.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
-                    self.num_batches_tracked += 1
+            mean, var = batch_statistics(self, x, g)
         y = (x - mean) * torch.rsqrt(var + self.eps)
         if self.weight is not None:
             y = y * self.weight + self.bias
@@ -92,6 +85,22 @@ class BatchNorm(nn.Module):
             for k in ("running_mean", "running_var", "num_batches_tracked"):
                 state_dict.pop(prefix + k, None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+def batch_statistics(norm: nn.Module, x: torch.Tensor, g) -> tuple:
+    """(μ, σ²) [C] of this rank's rows x [n, C] over every rank's rows; in training, the
+    running statistics of ``norm`` (a BatchNorm: torch's or mgg's) updated with them as
+    torch does (σ² unbiased; momentum None: the cumulative average)."""
+    count = g.plan.num_nodes
+    mean = all_reduce(x.sum(0), g) / count
+    var = all_reduce(((x - mean) ** 2).sum(0), g) / count
+    if norm.track_running_stats and norm.training:
+        with torch.no_grad():
+            norm.num_batches_tracked += 1
+            m = norm.momentum if norm.momentum is not None else 1 / int(norm.num_batches_tracked)
+            norm.running_mean.mul_(1 - m).add_(m * mean)
+            norm.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
+    return mean, var
 
 
 class MLP(nn.Module):
