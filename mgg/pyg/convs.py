@@ -250,7 +250,9 @@ def _forward(layer, forward, args, kwargs):
             return plain(a)
         elif isinstance(a, InputRows):  # sparse or chunked features: PyG's ops need rows
             g = g or a.g
-            return plain(a.to_dense())
+            if getattr(a, "pyg_dense", None) is None:  # once per features (SGC's epochs)
+                a.pyg_dense = plain(a.to_dense())
+            return a.pyg_dense
         return a
 
     args, kwargs = tree_map(enter, (args, kwargs))
