@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, ROOT, write_atomic, write_results  # noqa: E402
+from common import RESULTS, ROOT, commit, write_atomic, write_results  # noqa: E402
 
 EXAMPLES = ROOT / "examples" / "pyg"
 EPOCHS = {"gcn": 200, "gat": 200, "gcn2_cora": 1000}
@@ -74,11 +74,16 @@ NOTES = {
     ): "SGConv, TAGConv, ARMAConv and MixHopConv are PyG's own classes on both sides "
     "(mgg.pyg.convs runs PyG's forward and propagate over mgg's EdgeIndex), and they take "
     "the input features dense (PyG's SGConv, TAGConv and MixHop propagate x before any "
-    "Linear), so the step's work is PyG's on both sides.",
-    ("arma",): "ARMAConv(dropout=0.25) drops its skip connection's rows with PyG's F.dropout "
-    "inside the layer, on the plain rows mgg hands it: each rank draws torch's mask for "
-    "its own rows, so arma's losses at 4 ranks are not 1 rank's (with the layer's dropout "
-    "at 0 they are equal: tests/test_pyg_examples.py).",
+    "Linear). Where a class's message_and_aggregate is PyG's spmm (SGConv, TAGConv, "
+    "MixHopConv), mgg.pyg.convs.spmm runs it as mgg's aggregation kernel; ARMAConv's "
+    "propagate is PyG's own on both sides.",
+    ("arma",): "ARMAConv(dropout=0.25) drops its skip connection's rows with F.dropout "
+    "inside the layer: mgg.pyg.inside gives it mgg's rank-invariant masks (a9edbc2), so "
+    "arma's losses at 4 ranks are 1 rank's.",
+    ("mixhop",): "MixHop's training (SGD at lr 0.5, dropout 0.9 after each layer, "
+    "BatchNorm) amplifies float32 rounding from epoch to epoch: its 1- and 4-rank losses "
+    "agree to rounding at first and drift apart later, as PyG's own do between one "
+    "thread and its default (the column 'PyG's own').",
 }
 MARK = re.compile(r"^(\s*)(.*?)\s*# PyG: (.*)$")
 
@@ -97,13 +102,13 @@ def twin(script: Path, out: Path) -> int:
     return sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
 
 
-def run(argv: list[str], env_path: str | None = None) -> dict:
+def run(argv: list[str], env_path: str | None = None, **env_vars: str) -> dict:
     """Run a script; its per-epoch losses and accuracies, and median time per epoch."""
-    env = None
-    if env_path:
-        import os
+    import os
 
-        env = dict(os.environ, PYTHONPATH=env_path)
+    env = dict(os.environ, **env_vars)
+    if env_path:
+        env["PYTHONPATH"] = env_path
     r = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=env, timeout=7200)
     if r.returncode:
         raise SystemExit(f"{' '.join(map(str, argv))} failed:\n{r.stderr[-3000:]}")
@@ -113,7 +118,13 @@ def run(argv: list[str], env_path: str | None = None) -> dict:
             rows.append([float(v.split(": ")[1]) for v in line.split(", ")])
     t = float(re.search(r"Median time per epoch: ([0-9.]+)s", r.stdout).group(1))
     a = np.array(rows)
-    return {"loss": a[:, 1].tolist(), "final_test": float(a[-1, 4]), "epoch_s": t, "log": r.stdout}
+    return {
+        "loss": a[:, 1].tolist(),
+        "acc": a[:, 2:].tolist(),  # train, val, test as printed
+        "final_test": float(a[-1, 4]),
+        "epoch_s": t,
+        "log": r.stdout,
+    }
 
 
 def main():
@@ -138,6 +149,7 @@ def main():
             changed = twin(script, pyg_script)
             e = ["--epochs", str(epochs[name])]
             bench = str(ROOT / "bench")
+            at = commit()  # a long run may outlive a commit: each script's own
             seeds = seed_list[:1] if seeds_itself(script) else seed_list
             pygs, ones = [], []
             for s in seeds:
@@ -150,6 +162,14 @@ def main():
             k = min(args.equal_epochs, epochs[name])
             four = run([py, mggrun, "-np", "4", *seeded(py, seeds[0], script, "--epochs", k)])
             diff = float(np.abs(np.array(four["loss"]) - np.array(one["loss"][:k])).max())
+            same = sum(a == b for a, b in zip(four["acc"], one["acc"][:k], strict=True))
+            # what float rounding alone does to PyG's own losses: the twin at one thread
+            # (other sums' order) against its run above
+            print(f"{name}: PyG at 1 thread ...", flush=True)
+            pyg_1t = run(
+                seeded(py, seeds[0], pyg_script, "--epochs", k), bench, OMP_NUM_THREADS="1"
+            )
+            ref = float(np.abs(np.array(pyg_1t["loss"]) - np.array(pyg["loss"][:k])).max())
             rounds = {"pyg": [], "mgg": []}
             r = ["--epochs", str(args.round_epochs)]
             for i in range(args.rounds):
@@ -165,6 +185,7 @@ def main():
                 "pyg": pyg,
                 "mgg_1": one,
                 "mgg_4": four,
+                "pyg_1_thread": pyg_1t,
                 "rounds_s": rounds,
                 "seeds": seeds,
                 "pyg_seeds": pygs[1:],
@@ -173,6 +194,7 @@ def main():
             table.append(
                 {
                     "script": f"examples/pyg/{name}.py",
+                    "mgg at": at,
                     "changed lines": f"{changed} + launch",
                     "epochs": epochs[name],
                     "seeds": "0 (its own)" if seeds_itself(script) else ",".join(map(str, seeds)),
@@ -182,6 +204,8 @@ def main():
                     "PyG per seed": " ".join(f"{p['final_test']:.3f}" for p in pygs),
                     "mgg per seed": " ".join(f"{o['final_test']:.3f}" for o in ones),
                     f"max loss diff 1 vs 4 ranks ({k} epochs)": diff,
+                    "epochs with equal accuracies 1 vs 4 ranks": f"{same} of {k}",
+                    f"PyG's own: max loss diff 1 thread vs default ({k} epochs)": ref,
                     "PyG ms/epoch": 1e3 * t_pyg,
                     "mgg ms/epoch (1 rank)": 1e3 * t_mgg,
                     "PyG / mgg": float(np.median(ratios)),
