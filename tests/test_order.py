@@ -168,6 +168,47 @@ def test_an_order_file_round_trips_and_bad_ones_are_named(rng, tmp_path):
         node_order.save(tmp_path / "perm.txt", o, "x")
 
 
+def test_anything_but_an_order_file_is_refused_naming_it(rng, tmp_path, capsys):
+    """An .npz, an empty, truncated or text file, a folder, a 2-D or object array: each
+    refused naming the file before a byte of its array is read (an .npz once raised
+    AttributeError: 'NpzFile' object has no attribute 'offset')."""
+    g = scrambled_communities(rng, parts=2, size=30)
+    n = g.num_nodes
+    good = tmp_path / "good.npy"
+    node_order.save(good, node_order.compute(g, "rcm"), node_order.fingerprint_of(g))
+    data = good.read_bytes()
+    np.savez(tmp_path / "perm.npz", perm=np.arange(n))
+    (tmp_path / "empty.npy").write_bytes(b"")
+    (tmp_path / "cut.npy").write_bytes(data[: 128 + 8 * n // 2])
+    (tmp_path / "head.npy").write_bytes(data[:40])
+    (tmp_path / "text.npy").write_text("\n".join(map(str, range(n))))
+    (tmp_path / "folder.npy").mkdir()
+    np.save(tmp_path / "square.npy", np.zeros((n, 2), np.int64))
+    np.save(tmp_path / "objects.npy", np.array([None] * n, object), allow_pickle=True)
+    cases = {
+        "perm.npz": "an .npz archive, not a .npy order file",
+        "empty.npy": "empty, not a .npy order file",
+        "cut.npy": f"truncated .* its header promises {n} entries",
+        "head.npy": "not a .npy order file",
+        "text.npy": "not a .npy order file",
+        "folder.npy": "a folder, not a .npy order file",
+        "square.npy": r"expected a 1-D integer array, got int64 \(60, 2\)",
+        "objects.npy": "expected a 1-D integer array, got object",
+    }
+    for name, message in cases.items():
+        with pytest.raises(OrderError, match=f"{name}: {message}"):
+            node_order.read(tmp_path / name, n, node_order.fingerprint_of(g))
+    # end to end: one line naming the file, exit 2 (also another graph's order: its size)
+    from mgg.cli import main
+
+    capsys.readouterr()
+    cora = str(shared_dataset("cora"))
+    for name in ("perm.npz", "empty.npy", "good.npy"):
+        assert main(["partition", cora, "--np", "2", "--order-file", str(tmp_path / name)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"mgg partition: error: {tmp_path / name}: ")
+
+
 def test_metis_without_pymetis_says_how_to_install_it(rng, monkeypatch):
     monkeypatch.setitem(sys.modules, "pymetis", None)
     with pytest.raises(OrderError, match=r"--order metis needs pymetis: pip install 'mgg\[metis\]"):

@@ -15,11 +15,12 @@ node ``perm[i]`` (scipy's convention, ``A[perm][:, perm]``); ``Order.rank`` is i
 inverse. Everything a user gets back is indexed by original id (``Order.ids``).
 
 An order file (``--save-order F.npy``, read by ``--order-file``) is a plain .npy of the
-permutation, int64 [N], that ``np.load`` reads; after the array's bytes, which numpy
-does not read, it records the order's name and the fingerprint of the graph it was
-computed for (``graph_fingerprint``), so that it is refused for another graph. A .npy
-written by anything else is taken as a bare permutation, checked for its length and
-that it is one.
+permutation, int64 [N], that ``np.load`` reads (its header is checked before a byte of
+the array is read: an .npz, a text file, an empty or truncated file is named as such);
+after the array's bytes, which numpy does not read, it records the order's name and the
+fingerprint of the graph it was computed for (``graph_fingerprint``), so that it is
+refused for another graph. A .npy written by anything else is taken as a bare
+permutation, checked for its length and that it is one.
 """
 
 from __future__ import annotations
@@ -232,15 +233,19 @@ def save(path, order: Order, fingerprint: str) -> None:
 
 def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
     """The order in ``path`` for a graph of ``num_nodes`` nodes (and ``fingerprint``,
-    where the file records one): OrderError naming the file otherwise."""
+    where the file records one): OrderError naming the file otherwise (anything but a
+    .npy of a 1-D integer array: an .npz, a text file, a folder, an empty or truncated
+    file)."""
     path = os.fspath(path)
     try:
-        perm = np.load(path, mmap_mode="r", allow_pickle=False)
         with open(path, "rb") as f:
-            f.seek(perm.offset + perm.nbytes)
+            dtype, count = _npy_array(f, path, num_nodes)
+            perm = np.fromfile(f, dtype=dtype, count=count)
             tail = f.read(4096)
     except FileNotFoundError:
         raise OrderError(f"{path}: no such order file") from None
+    except IsADirectoryError:
+        raise OrderError(f"{path}: a folder, not a .npy order file ({SAVE_ORDER})") from None
     except (OSError, ValueError, EOFError) as e:
         raise OrderError(f"{path}: not a .npy order file ({e})") from None
     facts = {}
@@ -249,15 +254,58 @@ def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
             facts = json.loads(tail[len(TRAILER) :].split(b"\n")[0])
         except ValueError:
             raise OrderError(f"{path}: damaged (its order record is not JSON)") from None
+    if not isinstance(facts, dict):
+        raise OrderError(f"{path}: damaged (its order record is not a JSON object)")
     recorded = facts.get("graph")
     if fingerprint is not None and recorded is not None and recorded != fingerprint:
         raise OrderError(
-            f"{path}: computed for another graph (fingerprint {recorded[:12]}, this graph's "
-            f"{fingerprint[:12]}): compute the order of this graph (--order, --save-order)"
+            f"{path}: computed for another graph (fingerprint {str(recorded)[:12]}, this "
+            f"graph's {fingerprint[:12]}): compute the order of this graph (--order, "
+            "--save-order)"
         )
     t0 = time.perf_counter()
-    perm = check_perm(np.array(perm), num_nodes, path)
+    perm = check_perm(perm, num_nodes, path)
     return Order(str(facts.get("order") or "file"), perm, time.perf_counter() - t0, path)
+
+
+SAVE_ORDER = "mgg partition --order X --save-order F.npy writes one"
+
+
+def _npy_array(f, path: str, num_nodes: int):
+    """The dtype and entry count of the .npy array ``f`` opens, ``f`` left at its first
+    byte: OrderError naming ``path`` for anything else (checked before a byte of the
+    array is read)."""
+    head = f.read(6)
+    f.seek(0)
+    if head != b"\x93NUMPY":
+        what = "empty" if not head else "an .npz archive" if head.startswith(b"PK") else ""
+        raise OrderError(
+            f"{path}: {what + ', ' if what else ''}not a .npy order file ({SAVE_ORDER})"
+        )
+    try:
+        version = np.lib.format.read_magic(f)
+        header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = header(f)
+    except (ValueError, EOFError) as e:
+        raise OrderError(f"{path}: not a .npy order file (a damaged header: {e})") from None
+    if len(shape) != 1 or not (np.issubdtype(dtype, np.integer) or shape == (0,)):
+        raise OrderError(f"{path}: expected a 1-D integer array, got {dtype} {shape}")
+    if shape[0] != num_nodes:
+        raise OrderError(
+            f"{path}: {shape[0]:,} entries, but the graph has {num_nodes:,} nodes: an "
+            "order of another graph"
+        )
+    offset, size = f.tell(), os.fstat(f.fileno()).st_size
+    if size < offset + shape[0] * dtype.itemsize:
+        raise OrderError(
+            f"{path}: truncated ({size:,} bytes; its header promises {shape[0]:,} entries, "
+            f"{offset + shape[0] * dtype.itemsize:,} bytes)"
+        )
+    return dtype, shape[0]
 
 
 def check_one(name: str, path) -> None:
