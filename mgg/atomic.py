@@ -206,6 +206,64 @@ def atomic_folder(path, hint: str):
         raise
 
 
+class PathError(MggError, ValueError):
+    """An output path that is empty, or that clashes with another path of the command."""
+
+
+def check_paths(outputs: dict, inputs: dict | None = None, new=()) -> None:
+    """Before any work, PathError naming the flags when an output path (``outputs``: flag
+    -> path, None where not given) is empty, is the path of another output or of an
+    existing input (``inputs``: flag -> path), or lies inside an input or inside an
+    output that must be new (the flags in ``new``: a folder made whole at the end); an
+    OSError naming the path when the folder it would go in cannot hold it (a file in the
+    way, no write permission). ``--save D --log-dir D`` would train to the end and then
+    fail on the folder mgg itself made; ``--out ''`` would rename the output over the
+    current folder."""
+    given = {flag: os.fspath(p) for flag, p in outputs.items() if p is not None}
+    for flag, path in given.items():
+        if not path.strip():
+            raise PathError(f"{flag} {path!r}: an empty path: name a folder")
+    real = {flag: Path(os.path.realpath(p)) for flag, p in given.items()}
+    flags = list(real)
+    for i, a in enumerate(flags):
+        for b in flags[i + 1 :]:
+            for outer, inner in ((a, b), (b, a)):
+                if real[outer] == real[inner] or (
+                    outer in new and real[outer] in real[inner].parents
+                ):
+                    _clash(inner, given[inner], outer, given[outer], real[outer] == real[inner])
+    for b, path in (inputs or {}).items():
+        if path is None or not os.path.exists(path):
+            continue  # a generator spec, or a missing file its reader names
+        there = Path(os.path.realpath(path))
+        for a in flags:
+            if real[a] == there or there in real[a].parents:
+                _clash(a, given[a], b, os.fspath(path), real[a] == there)
+    for flag, path in given.items():
+        _check_parent(real[flag], path)
+
+
+def _clash(a, path_a, b, path_b, same: bool) -> None:
+    where = "is the same path as" if same else "is inside"
+    raise PathError(f"{a} {path_a} {where} {b} {path_b}: give {a} a path of its own")
+
+
+def _check_parent(full: Path, path: str) -> None:
+    """OSError naming ``path`` when its nearest existing folder is a file or is not
+    writable (the output could not be made there, after the work)."""
+    up = full
+    while not os.path.lexists(up) and up.parent != up:
+        up = up.parent
+    if up == full and os.path.isdir(up):
+        return  # an existing folder (--log-dir, --checkpoint-dir); --save/--out: check_new
+    if up == full:
+        up = up.parent
+    if not os.path.isdir(up):
+        raise NotADirectoryError(20, f"cannot write it: {up} is a file, not a folder", path)
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise PermissionError(13, f"cannot write it: {up} is not writable", path)
+
+
 def check_new(path, hint: str) -> None:
     """FileExistsError naming ``path`` when it exists (``hint``: what to do instead)."""
     if os.path.lexists(path):

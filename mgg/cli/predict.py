@@ -52,6 +52,7 @@ def inference_args(s, what: str) -> None:
 def main(args) -> int:
     import torch
 
+    from ..atomic import check_paths
     from ..backend import get_backend
     from ..checkpoint import check_data
     from ..errors import ModelError
@@ -73,6 +74,11 @@ def main(args) -> int:
     knobs = knobs_of(args, backend.takes(design), backend.job(design))
     comm = backend.comm(knobs)
     lead = comm.rank == 0
+    check_paths(  # before any work: an empty --out, or one inside the model or the data
+        {"--out": args.out},
+        {"--model": args.model, "--dataset": args.dataset, "--order-file": args.order_file},
+        new=("--out",),
+    )
     check_target(args.out)  # before any work
     bar = progress(total=4, desc=args.command, unit="step")
     times = {}

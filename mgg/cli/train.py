@@ -110,6 +110,7 @@ def train_args(s, dataset=None, epochs=200, eval_every=1) -> None:
 
 def main(args) -> int:
     from ..arrays import is_sparse
+    from ..atomic import check_paths
     from ..backend import get_backend
     from ..footprint import check_host, checked_estimate, job_kw
     from ..footprint import planned as planned_job
@@ -127,6 +128,11 @@ def main(args) -> int:
     knobs = knobs_of(args, backend.takes(design), backend.job(design))
     comm = backend.comm(knobs)  # first: a failing rank now aborts the job
     lead = comm.rank == 0
+    check_paths(  # before any work: empty or clashing --save, --log-dir, ...
+        {"--save": args.save, "--log-dir": args.log_dir, "--checkpoint-dir": args.checkpoint_dir},
+        {"--dataset": args.dataset, "--resume": args.resume, "--order-file": args.order_file},
+        new=("--save",),
+    )
     if args.save:
         check_target(args.save)  # before the run, not after it
     job = job_of(args, knobs, "train")
