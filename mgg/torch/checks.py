@@ -10,7 +10,19 @@ import torch.nn.functional as F
 
 from ..distgraph import DistGraph
 from ..errors import InputError
-from ..precision import is_bf16, torch_dtype
+from ..precision import accumulator, is_bf16, torch_dtype
+
+
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the wrong type (not a tensor, not the job's DistGraph): mgg's
+    InputError that ``except TypeError`` also catches, as it did before."""
+
+
+def _got(t) -> str:
+    """What a caller passed, for an error: a tensor's shape and dtype, else its type."""
+    if isinstance(t, torch.Tensor | InputRows):
+        return f"{type(t).__name__} {tuple(t.shape)} {t.dtype}"
+    return type(t).__name__
 
 
 class InputRows:
@@ -49,7 +61,7 @@ class InputRows:
 def check_graph(g, what: str) -> None:
     """TypeError unless ``g`` is a DistGraph: what every op and layer checks first."""
     if not isinstance(g, DistGraph):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: the graph argument g must be the job's DistGraph, got "
             f"{type(g).__name__}: mgg layers run inside an mgg job (mgg.train.prepare or "
             "DistGraph.build makes it; a PyG script's data.g)"
@@ -60,16 +72,16 @@ def check_rows(x, g, what: str) -> None:
     """Clear errors for the tensors a layer gets: this rank's rows, on the job's device."""
     check_graph(g, what)
     if not isinstance(x, torch.Tensor | InputRows) or not x.shape:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{what}: x must be a tensor of this rank's rows (or InputRows), got {type(x).__name__}"
         )
     if x.shape[0] != g.num_local_nodes:
-        raise ValueError(
+        raise InputError(
             f"{what}: the input has {x.shape[0]} rows but rank {g.rank} owns "
             f"{g.num_local_nodes} nodes [{g.lb}, {g.ub})"
         )
     if (x.device.type == "cuda") != g.backend.gpu:
-        raise ValueError(
+        raise InputError(
             f"{what}: the input is on {x.device} but the job runs on the {g.backend.name} backend"
         )
 
@@ -97,3 +109,97 @@ def rows_in(x, g, what: str):
         x = x.to(torch.bfloat16)
     check_tensor(x, g, "x", "[n, D]", (2,))
     return x
+
+
+def check_features(x, g, who: str, width: int | None = None, name: str = "x") -> None:
+    """A layer's input where it enters (after the graph): this rank's rows [n, width] (a
+    tensor, or InputRows), on the job's device, in the job's dtype (float32 too in a
+    bfloat16 job). InputError naming ``who``, ``name``, what was expected and what came."""
+    check_graph(g, who)
+    n = g.num_local_nodes
+    want = f"[{n}, {'D' if width is None else width}]"
+    if not isinstance(x, torch.Tensor | InputRows):
+        raise ArgumentTypeError(
+            f"{who}: {name} must be a tensor of this rank's rows {want} (or InputRows), got "
+            f"{type(x).__name__}"
+        )
+    if x.ndim != 2:
+        raise InputError(
+            f"{who}: {name} must be this rank's rows {want}, got shape {tuple(x.shape)}"
+        )
+    if x.shape[0] != n:
+        raise InputError(
+            f"{who}: {name} has {x.shape[0]} rows but rank {g.rank} owns {n} nodes "
+            f"[{g.lb}, {g.ub}): {name} must be {want}"
+        )
+    if width is not None and x.shape[1] != width:
+        raise InputError(
+            f"{who}: {name} has {x.shape[1]} columns but the layer takes {width} "
+            f"(in_channels): {name} must be {want}, got {tuple(x.shape)}"
+        )
+    if (x.device.type == "cuda") != g.backend.gpu:
+        raise InputError(
+            f"{who}: {name} is on {x.device} but the job runs on the {g.backend.name} backend"
+        )
+    if isinstance(x, torch.Tensor):
+        check_row_dtype(x, g, who, name)
+
+
+def job_dtypes(g) -> tuple:
+    """The dtypes rows of g's job may have: its dtype (and float32 in a bfloat16 job)."""
+    want = torch_dtype(g.dtype)
+    return (want, torch.float32) if want == torch.bfloat16 else (want,)
+
+
+def check_row_dtype(t: torch.Tensor, g, who: str, name: str, extra: tuple = ()) -> None:
+    """InputError unless tensor ``t`` has one of the job's row dtypes (or ``extra``)."""
+    ok = job_dtypes(g) + tuple(extra)
+    if t.dtype not in ok:
+        raise InputError(
+            f"{who}: {name} is {t.dtype} but this job computes in {ok[0]} (the DistGraph's "
+            f"dtype): pass {name}.to({ok[0]}), or build the DistGraph with dtype {t.dtype}"
+        )
+
+
+def check_edge_values(
+    t, g, who: str, name: str, ndims=(1, 2), edges: int | None = None, floating: bool = True
+):
+    """InputError unless ``t`` is a float tensor [E] or [E, ...] (ndims) over the E edges
+    of ``edge_index(g)`` (``edges``: another count) on the job's device."""
+    e = g.plan.num_local_edges + g.plan.num_remote_edges if edges is None else edges
+    ndims = tuple(ndims)
+    shape = f"[{e}]" if ndims == (1,) else f"[{e}] or [{e}, ...]"
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentTypeError(
+            f"{who}: {name} must be a float tensor {shape} over this rank's {e} edges "
+            f"(edge_index(g)'s order), got {type(t).__name__}"
+        )
+    if t.ndim not in ndims or t.shape[0] != e:
+        raise InputError(
+            f"{who}: {name} must be {shape} over this rank's {e} edges (edge_index(g)'s "
+            f"order, local then remote), got shape {tuple(t.shape)}"
+        )
+    if floating and not t.is_floating_point():
+        raise InputError(f"{who}: {name} must be a float tensor {shape}, got {t.dtype}")
+    if (t.device.type == "cuda") != g.backend.gpu:
+        raise InputError(
+            f"{who}: {name} is on {t.device} but the job runs on the {g.backend.name} backend"
+        )
+
+
+def check_output(t, g, who: str, rows: int, what: str, dtypes=None) -> None:
+    """What a user's method returned (``who``: the method, ``what``: the rows it must
+    give, e.g. "[E, ...] for the E edges of this rank"): a tensor of ``rows`` rows, at
+    least 2-D (nodes in dim 0, as PyG's node_dim -2), of a float dtype in ``dtypes``
+    (default: the job's, or its accumulator's)."""
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentTypeError(f"{who} must return a float tensor {what}, got {_got(t)}")
+    if t.ndim < 2 or t.shape[0] != rows:
+        flat = " (at least 2-D, as PyG's: a 1-D one is t.view(-1, 1))" if t.ndim < 2 else ""
+        raise InputError(f"{who} must return a tensor {what}{flat}, got shape {tuple(t.shape)}")
+    ok = dtypes
+    if ok is None:
+        ok = (*job_dtypes(g), torch_dtype(accumulator(g.dtype)))
+    if t.dtype not in ok:
+        names = ", ".join(sorted({str(d) for d in ok}))
+        raise InputError(f"{who} must return {names} rows {what}, got {t.dtype}")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from ..arrays import is_sparse, on_gpu
+from ..errors import InputError
 from ..precision import torch_dtype
-from .checks import InputRows
+from .checks import ArgumentTypeError, InputRows
 from .dropouts import dropout
 from .interop import Op, as_array, as_tensor, copy_thread, like, side_stream
 from .rows import Rows
@@ -282,6 +283,13 @@ def linear(x, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.T
     """y = x Wᵀ + b.  x [n, in] dense tensor, SparseRows or ChunkedRows; W [out, in]; b [out].
     y has x's dtype: bfloat16 rows multiply a bf16 copy of the (float32, master) weights,
     summed in float32 by the backend's GEMM; sparse features give float32."""
+    if not isinstance(x, torch.Tensor | InputRows):
+        raise ArgumentTypeError(f"linear: x must be a tensor or InputRows, got {type(x).__name__}")
+    if weight.ndim != 2 or x.ndim < 1 or x.shape[-1] != weight.shape[1]:
+        raise InputError(
+            f"linear: x is {tuple(x.shape)} ({type(x).__name__}) but the weight [out, in] is "
+            f"{tuple(weight.shape)}: in_features must be x's width {x.shape[-1]}"
+        )
     if isinstance(x, SparseRows):
         y = _SparseLinear.apply(weight, x)
         return y if bias is None else y + bias

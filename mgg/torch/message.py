@@ -23,7 +23,7 @@ from torch import nn
 
 from ..errors import InputError
 from .aggregation import halo
-from .checks import check_graph
+from .checks import ArgumentTypeError, InputRows, check_edge_values, check_graph, check_output
 from .dropouts import edge_index
 from .edges import EdgeIndex
 from .interop import Op, as_array, as_tensor
@@ -37,11 +37,34 @@ def scatter(msg: torch.Tensor, index: torch.Tensor, n: int, reduce: str = "sum")
     rows without a message are 0 (PyG's). reduce: sum, mean, max, min (or add, amax,
     amin)."""
     how = AGGRS.get(reduce, reduce)
+    if how not in AGGRS.values():
+        raise InputError(f"scatter: reduce must be one of {', '.join(AGGRS)}, got {reduce!r}")
+    _check_index("scatter", msg, "msg", index)
     out = msg.new_zeros((n, *msg.shape[1:]))
     if how == "sum":
         return out.index_add(0, index, msg)
     idx = index.view(-1, *[1] * (msg.ndim - 1)).expand_as(msg)
     return out.scatter_reduce(0, idx, msg, how, include_self=False)
+
+
+def _check_index(who: str, src, name: str, index) -> None:
+    """InputError unless ``src`` is a tensor [E, ...] and ``index`` an integer tensor [E]."""
+    if not isinstance(src, torch.Tensor) or src.ndim < 1:
+        raise ArgumentTypeError(
+            f"{who}: {name} must be a tensor [E, ...], got {type(src).__name__}"
+        )
+    if not isinstance(index, torch.Tensor) or index.ndim != 1 or index.is_floating_point():
+        got = (
+            f"{index.dtype} {tuple(index.shape)}"
+            if isinstance(index, torch.Tensor)
+            else type(index).__name__
+        )
+        raise InputError(f"{who}: index must be an integer tensor [E], got {got}")
+    if index.shape[0] != src.shape[0]:
+        raise InputError(
+            f"{who}: index has {index.shape[0]} entries but {name} has {src.shape[0]} rows: "
+            f"one destination per row, index [{src.shape[0]}]"
+        )
 
 
 def _segments(g, t: torch.Tensor, ptr, perm, n: int) -> torch.Tensor:
@@ -89,10 +112,38 @@ def _kernels_take(t: torch.Tensor) -> bool:
 def softmax(src: torch.Tensor, index: torch.Tensor, ptr=None, num_nodes: int | None = None):
     """PyG's ``utils.softmax``: softmax of per-edge scores src [E(, H)] over the edges of
     each destination ``index`` [E] (all of a node's in-edges are on its rank)."""
+    _check_index("softmax", src, "src", index)
     n = int(index.max()) + 1 if num_nodes is None else num_nodes
     top = scatter(src.detach(), index, n, "max")
     ex = (src - top.index_select(0, index)).exp()
     return ex / (scatter(ex, index, n, "sum").index_select(0, index) + 1e-16)
+
+
+_ANY_FLOAT = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+
+def _check_node_rows(t, g, who: str, name: str) -> None:
+    """A node tensor given to propagate (x for x_j and x_i): this rank's rows [n, ...]."""
+    n = g.num_local_nodes
+    if isinstance(t, InputRows):
+        raise ArgumentTypeError(
+            f"{who}: {name} is {t.what} ({type(t).__name__} {tuple(t.shape)}), which "
+            f"messages cannot gather: propagate takes tensors [{n}, ...]; apply a linear "
+            f"layer first (nn.Linear, mgg.torch.linear), or pass {name}.to_dense()"
+        )
+    if not isinstance(t, torch.Tensor):
+        raise ArgumentTypeError(
+            f"{who}: {name} must be a tensor of this rank's rows [{n}, ...], got {type(t).__name__}"
+        )
+    if t.ndim == 0 or t.shape[0] != n:
+        raise InputError(
+            f"{who}: {name} must be this rank's rows [{n}, ...] (rank {g.rank} owns {n} nodes "
+            f"[{g.lb}, {g.ub})), got shape {tuple(t.shape)}"
+        )
+    if (t.device.type == "cuda") != g.backend.gpu:
+        raise InputError(
+            f"{who}: {name} is on {t.device} but the job runs on the {g.backend.name} backend"
+        )
 
 
 class MessagePassing(nn.Module):
@@ -127,6 +178,23 @@ class MessagePassing(nn.Module):
         self._aggregate_graph = "graph" in takes or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values()
         )
+        self._known = self._arguments()
+
+    def _arguments(self) -> set | None:
+        """The keywords ``propagate`` takes: message's (x for x_j and x_i), update's and
+        message_and_aggregate's; None where one of them takes any (**kwargs)."""
+        known = set()
+        fns = [self.message, self.update]
+        if type(self).message_and_aggregate is not MessagePassing.message_and_aggregate:
+            fns.append(self.message_and_aggregate)
+        for fn in fns:
+            for name, p in inspect.signature(fn).parameters.items():
+                if p.kind is inspect.Parameter.VAR_KEYWORD:
+                    return None
+                known.add(name)
+                if name[-2:] in ("_i", "_j"):
+                    known.add(name[:-2])
+        return known - {"self", "g", "inputs"}
 
     def edges(self, g, kind: str | None = None):
         """g as the kind this layer needs: ``kind``, or g itself when its kind is one of
@@ -142,22 +210,58 @@ class MessagePassing(nn.Module):
         """message -> aggregate -> update over the in-edges of this rank's nodes."""
         if isinstance(g, EdgeIndex):
             g = g.graph(type(self).__name__)
-        check_graph(g, type(self).__name__)
+        who = type(self).__name__
+        check_graph(g, who)
         if size is not None:
-            raise InputError(f"{type(self).__name__}.propagate: mgg has no bipartite size")
+            raise InputError(f"{who}.propagate: mgg has no bipartite size")
+        self._check_arguments(g, kwargs)
+        n = g.num_local_nodes
+        rows = f"[{n}, ...] for the {n} nodes of rank {g.rank}"
         if self.fusing():
             out = self.message_and_aggregate(g, **kwargs)
+            check_output(out, g, f"{who}.message_and_aggregate", n, rows, _ANY_FLOAT)
         else:
             src, dst = edge_index(g)
-            n = g.num_local_nodes
             gathered: dict = {}
             args = {}
             for name in self._message_args:
                 args[name] = self._argument(g, name, kwargs, src, dst, n, gathered)
             msg = self.message(**args)
+            e = src.shape[0]
+            check_output(
+                msg, g, f"{who}.message", e, f"[{e}, ...] for the {e} edges of rank {g.rank}"
+            )
             graph = {"graph": g} if self._aggregate_graph else {}
             out = self.aggregate(msg, index=dst, ptr=None, dim_size=n, **graph)
-        return self.update(out, **{k: kwargs[k] for k in self._update_args if k in kwargs})
+            check_output(out, g, f"{who}.aggregate", n, rows, _ANY_FLOAT)
+        y = self.update(out, **{k: kwargs[k] for k in self._update_args if k in kwargs})
+        if isinstance(y, torch.Tensor) and (y.ndim == 0 or y.shape[0] != n):
+            raise InputError(
+                f"{who}.update must return a tensor {rows}, got shape {tuple(y.shape)}"
+            )
+        if not isinstance(y, torch.Tensor | tuple | list):
+            raise ArgumentTypeError(
+                f"{who}.update must return a tensor {rows}, got {type(y).__name__}"
+            )
+        return y
+
+    def _check_arguments(self, g, kwargs) -> None:
+        """propagate's keywords: known to message, update or message_and_aggregate (where
+        none takes **kwargs), and edge_weight and edge_attr over this rank's edges."""
+        who = f"{type(self).__name__}.propagate"
+        known = getattr(self, "_known", None)
+        if known is not None:
+            unknown = sorted(set(kwargs) - known)
+            if unknown:
+                takes = ", ".join(sorted(k for k in known if k[-2:] not in ("_i", "_j")))
+                raise InputError(
+                    f"{who}: unknown argument {unknown[0]!r}: this layer's message, update "
+                    f"and message_and_aggregate take {takes or 'nothing'}"
+                )
+        for name in ("edge_weight", "edge_attr"):
+            t = kwargs.get(name)
+            if isinstance(t, torch.Tensor):
+                check_edge_values(t, g, who, name, ndims=range(1, 8), floating=False)
 
     def fusing(self) -> bool:
         """Whether ``propagate`` runs ``message_and_aggregate``: ``fuse`` is on, the class
@@ -183,6 +287,7 @@ class MessagePassing(nn.Module):
             t = kwargs[name[:-2]]
             if isinstance(t, tuple | list):  # (x_j's, x_i's): PyG's pair
                 t = t[0] if side == "_j" else t[1]
+            _check_node_rows(t, g, f"{type(self).__name__}.propagate", name[:-2])
             if side == "_i":
                 return t.index_select(0, dst)
             key = id(t)
@@ -198,7 +303,9 @@ class MessagePassing(nn.Module):
             return kwargs[name]
         default = inspect.signature(self.message).parameters[name].default
         if default is inspect.Parameter.empty:
-            raise TypeError(f"{type(self).__name__}.message needs {name!r}: pass it to propagate")
+            raise ArgumentTypeError(
+                f"{type(self).__name__}.message needs {name!r}: pass it to propagate"
+            )
         return default
 
     def message(self, x_j: torch.Tensor) -> torch.Tensor:
@@ -210,6 +317,14 @@ class MessagePassing(nn.Module):
         DistGraph whose edges they are (``propagate`` passes it), whose sum or mean runs
         mgg's segment sum over them in order; without it (or for max, min) a scatter."""
         how = AGGRS[self.aggr]
+        _check_index(f"{type(self).__name__}.aggregate", inputs, "inputs", index)
+        if graph is not None:
+            e = graph.plan.num_local_edges + graph.plan.num_remote_edges
+            if inputs.shape[0] != e:
+                raise InputError(
+                    f"{type(self).__name__}.aggregate: inputs must be [{e}, ...] for the {e} "
+                    f"edges of rank {graph.rank}, got shape {tuple(inputs.shape)}"
+                )
         if graph is None or how not in ("sum", "mean") or not _kernels_take(inputs):
             return scatter(inputs, index, dim_size, self.aggr)
         out = _SumAtDst.apply(inputs, graph, index)  # the graph's edges: summed in order

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from ..checks import check_features
 from ..message import MessagePassing
 from ..rows import rows_io
 
@@ -35,6 +36,7 @@ class EdgeConv(MessagePassing):
 
     @rows_io
     def forward(self, x, g) -> torch.Tensor:
+        check_features(x, g, "EdgeConv")
         return self.propagate(self.edges(g), x=x)
 
     def message(self, x_i, x_j):

@@ -9,6 +9,7 @@ from torch import nn
 
 from ...graph.core import GRAPH_KINDS
 from ..aggregation import aggregate, halo
+from ..checks import check_edge_values, check_features
 from ..dropouts import edge_dropout, edge_ids, edge_index
 from ..gat_softmax import attention
 from ..inputs import linear
@@ -95,6 +96,7 @@ class GATConv(MessagePassing):
     def forward(self, x, g, return_attention_weights=None):
         """[n, out]; with ``return_attention_weights``, (out, (edge_index [2, E] of
         global (source, destination) ids, α [E, H])) over this rank's edges."""
+        check_features(x, g, "GATConv", self.in_channels)
         gg = self.edges(g)
         n, nh, c = x.shape[0], self.heads, self.out_channels
         h = linear(x, self.lin.weight)  # [n, H·C]
@@ -211,7 +213,20 @@ class GATv2Conv(MessagePassing):
 
     @rows_io
     def forward(self, x, g, edge_attr=None) -> torch.Tensor:
+        check_features(x, g, "GATv2Conv", self.in_channels)
         gg = self.edges(g)
+        if edge_attr is not None:
+            check_edge_values(edge_attr, gg, "GATv2Conv", "edge_attr")
+            if self.lin_edge is None:
+                refuse("GATv2Conv", "edge_attr given but the layer has no edge_dim")
+            width = 1 if edge_attr.ndim == 1 else edge_attr.shape[1]
+            if width != self.lin_edge.in_features:
+                refuse(
+                    "GATv2Conv",
+                    f"edge_attr has {width} features but edge_dim is "
+                    f"{self.lin_edge.in_features}: edge_attr must be "
+                    f"[E, {self.lin_edge.in_features}], got shape {tuple(edge_attr.shape)}",
+                )
         n, nh, c = x.shape[0], self.heads, self.out_channels
         x_l = linear(x, self.lin_l.weight, self.lin_l.bias).view(n, nh, c)
         x_r = x_l if self.share_weights else linear(x, self.lin_r.weight, self.lin_r.bias)

@@ -9,10 +9,11 @@ import math
 import torch
 from torch import nn
 
+from ...errors import InputError
 from ...graph.core import GRAPH_KINDS
 from ...precision import accumulator, torch_dtype
 from ..aggregation import aggregate, gcn2, halo, picked
-from ..checks import check_graph
+from ..checks import check_edge_values, check_features
 from ..chunks import multiplies_first as by_widths
 from ..dropouts import dropout, edge_dropout, edge_ids, edge_index
 from ..inputs import linear
@@ -129,7 +130,7 @@ class GCNConv(_GCNLike):
 
     @rows_io
     def forward(self, x, g, edge_weight=None) -> torch.Tensor:
-        check_graph(g, "GCNConv")
+        check_features(x, g, "GCNConv", self.in_channels)
         gg, w, loops = self.adjacency(g, edge_weight, self.improved)
         if narrower(self, x, self.out_channels, pyg=True):
             y = picked(self.spread(gg, linear(x, self.lin.weight), w, loops), gg)
@@ -147,9 +148,12 @@ def gcn_adjacency(g, edge_weight, normalize, improved, add_self_loops, who):
     """(graph, weights, loops): what GCN-style layers aggregate over. weights: 'gcn' (the
     plan's), 'sum' (ones) or a tensor [E] over edge_index(graph); loops [n] the self
     term's coefficients, or None. PyG's gcn_norm, add_remaining_self_loops included."""
+    acc = torch_dtype(accumulator(g.dtype))
+    if edge_weight is not None:
+        check_edge_values(edge_weight, g, who, "edge_weight", ndims=(1,))
     if not normalize:
         if edge_weight is not None:
-            return g, edge_weight, None
+            return g, edge_weight.to(acc), None
         return g, "gcn" if g.plan.has_weights else "sum", None
     if edge_weight is None and not improved and add_self_loops:
         if g.kind == "gcn_norm":
@@ -169,7 +173,6 @@ def gcn_adjacency(g, edge_weight, normalize, improved, add_self_loops, who):
         return g, *norms[key]
     src, dst = edge_index(g)
     n = g.num_local_nodes
-    acc = torch_dtype(accumulator(g.dtype))
     if edge_weight is not None:
         w = edge_weight.to(acc)
     elif g.plan.has_weights:
@@ -252,7 +255,8 @@ class GCN2Conv(_GCNLike):
 
     @rows_io
     def forward(self, x, x_0, g, edge_weight=None) -> torch.Tensor:
-        check_graph(g, "GCN2Conv")
+        check_features(x, g, "GCN2Conv", self.channels)
+        _check_x0(x_0, x, "GCN2Conv")
         gg, w, loops = self.adjacency(g, edge_weight)
         if x_0.shape[0] != x.shape[0]:
             x_0 = x_0[: x.shape[0]]
@@ -268,6 +272,19 @@ class GCN2Conv(_GCNLike):
         w2 = like(self.weight2, h)
         return torch.addmm(h, h, w1, beta=1.0 - b, alpha=b) + torch.addmm(
             x_0, x_0, w2, beta=1.0 - b, alpha=b
+        )
+
+
+def _check_x0(x_0, x, who: str) -> None:
+    """GCNII's x₀: a tensor [>= n, C] (its first n rows are taken) of x's width."""
+    n, c = x.shape
+    if not isinstance(x_0, torch.Tensor) or x_0.ndim != 2:
+        got = tuple(x_0.shape) if isinstance(x_0, torch.Tensor) else type(x_0).__name__
+        raise InputError(f"{who}: x_0 must be a tensor [{n}, {c}] (the initial rows), got {got}")
+    if x_0.shape[0] < n or x_0.shape[1] != c:
+        raise InputError(
+            f"{who}: x_0 must be [{n}, {c}] (its first {n} rows are taken), got shape "
+            f"{tuple(x_0.shape)}"
         )
 
 
@@ -312,7 +329,7 @@ class APPNP(_GCNLike):
 
     @rows_io
     def forward(self, x, g, edge_weight=None) -> torch.Tensor:
-        check_graph(g, "APPNP")
+        check_features(x, g, "APPNP")
         gg, w, loops = self.adjacency(g, edge_weight)
         h = x
         for _ in range(self.K):

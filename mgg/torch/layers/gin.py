@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from ..aggregation import aggregate
-from ..checks import InputRows
+from ..checks import InputRows, check_edge_values, check_features
 from ..chunks import multiplies_first as by_widths
 from ..inputs import linear
 from ..interop import like
@@ -64,6 +64,9 @@ class GINConv(MessagePassing):
 
     @rows_io
     def forward(self, x, g) -> torch.Tensor:
+        first = self._first_linear()
+        takes = self.nn if first is None and isinstance(self.nn, nn.Linear) else first
+        check_features(x, g, "GINConv", None if takes is None else takes.in_features)
         gg = self.edges(g)
         if g.size > 1 and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.nn.modules()
@@ -72,7 +75,6 @@ class GINConv(MessagePassing):
                 "torch's BatchNorm normalizes each rank's rows alone: use mgg.torch.MLP or "
                 "mgg.torch.BatchNorm, whose statistics cover every rank"
             )
-        first = self._first_linear()
         narrow = first is not None and narrower(self, x, first.out_features, pyg=False)
         if narrow:
             x = linear(x, first.weight)
@@ -146,7 +148,9 @@ class GINEConv(MessagePassing):
 
     @rows_io
     def forward(self, x, g, edge_attr) -> torch.Tensor:
+        check_features(x, g, "GINEConv")
         gg = self.edges(g)
+        check_edge_values(edge_attr, gg, "GINEConv", "edge_attr")
         out = self.propagate(gg, x=x, edge_attr=edge_attr)
         return self.nn(out + (1 + self.eps.to(x.dtype)) * x)
 

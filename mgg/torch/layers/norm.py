@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..checks import check_graph, check_rows
+from ..checks import check_features, check_graph, check_rows
 from ..collectives import all_reduce
 from ..inputs import linear
 from ..rows import rows_io
@@ -135,7 +135,8 @@ class MLP(nn.Module):
     @rows_io
     def forward(self, x, g=None, first_done: bool = False) -> torch.Tensor:
         """``first_done``: x already went through the first Linear (GINConv's order)."""
-        check_graph(g, "MLP")
+        first = self.lins[0]
+        check_features(x, g, "MLP", first.out_features if first_done else first.in_features)
         for i, lin in enumerate(self.lins):
             if i > 0 or not first_done:
                 x = linear(x, lin.weight, lin.bias)

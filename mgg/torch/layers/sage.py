@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..aggregation import aggregate, picked
-from ..checks import InputRows
+from ..checks import InputRows, check_features
 from ..chunks import multiplies_first as by_widths
 from ..inputs import linear
 from ..interop import like
@@ -77,6 +77,7 @@ class SAGEConv(MessagePassing):
 
     @rows_io
     def forward(self, x, g) -> torch.Tensor:
+        check_features(x, g, "SAGEConv", self.in_channels)
         gg = self.edges(g)
         w, b = self.lin_l.weight, self.lin_l.bias
         h = x if self.lin is None else F.relu(linear(x, self.lin.weight, self.lin.bias))
