@@ -207,12 +207,22 @@ def prepare(
     return dg, data
 
 
-def _row_normalize(x):
-    sums = np.asarray(abs(x).sum(axis=1)).ravel()
-    inv = np.where(sums > 0, 1.0 / np.where(sums > 0, sums, 1.0), 0.0).astype(np.float32)
+def _row_normalize(x, chunk: int = 1 << 16):
+    """Each row of x (float32, dense or CSR) divided by the sum of its magnitudes, worked
+    in float64 and rounded once to float32: rows whose sum overflows float32 (features
+    near 3.4e38, which mgg's errors suggest --row-normalize for) still sum to 1, where
+    float32 sums would be inf and the rows all 0. Zero rows stay 0."""
+    if sp.issparse(x):  # the nonzeros alone, in float64
+        x = sp.csr_matrix(x, dtype=np.float64)
+    sums = np.asarray(abs(x).sum(axis=1, dtype=np.float64)).ravel()
+    inv = np.divide(1.0, sums, out=np.zeros_like(sums), where=sums > 0)
     if sp.issparse(x):
         return sp.csr_matrix(sp.diags(inv) @ x, dtype=np.float32)
-    return x * inv[:, None]
+    out = np.empty(x.shape, np.float32)
+    for a in range(0, x.shape[0], chunk):  # float64 a chunk of rows at a time
+        np.multiply(x[a : a + chunk], inv[a : a + chunk, None], out=out[a : a + chunk],
+                    casting="same_kind")  # fmt: skip
+    return out
 
 
 def _job(model, knobs: Knobs | None, given: dict) -> tuple[Job, Backend]:

@@ -385,3 +385,30 @@ def test_a_bf16_sharded_dataset_stores_half_the_feature_bytes_and_trains(tmp_pat
     res = last_json(r.stdout)
     assert res["dtype"] == "bfloat16" and res["test_acc"] > 0.6
     assert res["bytes_per_epoch"] > 0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_row_normalize_the_errors_suggest_works_on_features_near_float32s_largest(dtype):
+    """Features near 3.4e38: mgg's errors suggest --row-normalize, whose float32 row sums
+    were inf, so every feature became 0 and the run 'trained' at chance with exit 0.
+    Summed in float64, each row sums to 1 and equals the unscaled data's, and it learns."""
+    ds = resolve("planted:nodes=300,classes=3,features=8")
+    x = np.asarray(ds.x, np.float32)
+    scale = np.float32(3.4e38 / np.abs(x).max())  # past bf16's range, within float32's
+    masks = dict(train_mask=ds.train_mask, val_mask=ds.val_mask, test_mask=ds.test_mask)
+    big = Dataset(ds.name, ds.graph, x * scale, ds.y, num_classes=ds.num_classes, **masks)
+    with np.errstate(over="ignore"):  # as float32 sums, the rows are inf
+        assert np.isfinite(big.x).all() and np.isinf(np.abs(big.x).sum(axis=1)).mean() > 0.9
+    if dtype == "bfloat16":  # the error that suggests the remedy
+        with pytest.raises(InputError, match="--row-normalize"):
+            prepare(big, None, "gcn", dtype=dtype)
+    _, want = prepare(ds, None, "gcn", dtype=dtype, row_normalize=True)
+    dg, data = prepare(big, None, "gcn", dtype=dtype, row_normalize=True)
+    got = data.x.float().numpy()
+    assert np.isfinite(got).all() and (np.abs(got).sum(axis=1) > 0).all()
+    np.testing.assert_allclose(np.abs(got).sum(axis=1), 1.0, rtol=0.02)
+    np.testing.assert_allclose(got, want.x.float().numpy(), rtol=0.01, atol=1e-6)
+    net = mt.build_model("gcn", data.num_features, data.num_classes, seed=0)
+    t = Trainer(dg, data, net, build_optimizer("adam", net, 0.01, 5e-4), eval_every=0)
+    t.fit(30)
+    assert t.summary()["test_acc"] > 0.6  # chance: 1/3
