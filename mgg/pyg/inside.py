@@ -15,7 +15,8 @@ from ..errors import InputError
 from ..torch.dropouts import dropout
 from ..torch.edges import EdgeIndex
 from ..torch.layers.norm import batch_statistics
-from ..torch.rows import follow_torch_seed, global_value, plain
+from ..torch.reductions import WHOLE, dispatch
+from ..torch.rows import follow_torch_seed, plain
 
 _GRAPH: list = []  # the graph of the distributed layers running (innermost last)
 
@@ -33,10 +34,7 @@ def inside(g):
         _GRAPH.pop()
 
 
-_T = torch.Tensor
-_FULL = {torch.max, torch.min, torch.amax, torch.amin, torch.sum, torch.mean}
-_FULL |= {_T.max, _T.min, _T.amax, _T.amin, _T.sum, _T.mean}
-_SHAPES = {_T.view, _T.reshape}
+_SHAPES = {torch.Tensor.view, torch.Tensor.reshape}
 
 
 class InLayer(TorchFunctionMode):
@@ -45,9 +43,10 @@ class InLayer(TorchFunctionMode):
     - F.dropout of node rows (this rank's n rows in dim 0, or in dim 1 of [K, n, C]: PyG's
       node_dim -2): mgg's rank-invariant masks, keyed by torch's seed too, so P ranks
       drop what one process does;
-    - at P > 1, a full reduction (no dim: sum, mean, max, min) of a float tensor whose
-      rows are this rank's nodes or edges (ChebConv's largest edge weight): over every
-      rank's;
+    - at P > 1, a whole-tensor reduction (one argument, no dim) that Rows cover over
+      every rank (mgg.torch.reductions.WHOLE: sum, mean, max, min, norm, logsumexp, ...)
+      of a float tensor whose rows are this rank's nodes or edges (ChebConv's largest
+      edge weight): over every rank's;
     - at P > 1, PyG's view(-1, ...) of an empty per-edge tensor (a rank without edges).
     Which applies is decided alike on every rank (Space.everywhere)."""
 
@@ -62,8 +61,9 @@ class InLayer(TorchFunctionMode):
             return self._dropout(*args, **kwargs)
         if self.g.size > 1:
             t = args[0] if len(args) == 1 and not kwargs else None
-            if func in _FULL and self.space.everywhere(self._rows(t)):
-                return global_value(self.g, func.__name__, t)
+            # the whole-tensor form is the code's, alike on every rank: then decide together
+            if func in WHOLE and t is not None and self.space.everywhere(self._rows(t)):
+                return dispatch(func, self.g, (plain(t),), {})
             if func in _SHAPES and args[0].numel() == 0:  # a rank without edges: [0, ...]
                 shape = (
                     args[1] if len(args) == 2 and isinstance(args[1], tuple | list) else args[1:]

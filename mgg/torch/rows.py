@@ -10,9 +10,9 @@ DistGraph ``g``. Row-wise work stays on the rank (elementwise ops, ``nn.Linear``
 - ``F.cross_entropy``, ``F.nll_loss``, ``F.binary_cross_entropy_with_logits``,
   ``F.mse_loss``, ``F.l1_loss``: the loss over every rank's rows (local sum / global
   count: finite on a rank that holds none);
-- ``sum``, ``mean``, ``count_nonzero``, ``any``, ``all`` over dim 0 (or all dims), and
-  the values of ``max``/``min``/``amax``/``amin``: over every rank. Other reductions over
-  the nodes are refused, never computed on this rank's rows alone.
+- the other reductions over the nodes (dim 0, or every dim): over every rank where
+  mgg.torch.reductions's table covers them (sums, means, norms, logsumexp, extremes),
+  else refused, never computed on this rank's rows alone.
 
 Gradients: a global value is the same on every rank, and its backward sends each rank's
 share back scaled by P; when the backward pass ends, the gradients of the parameters it
@@ -33,10 +33,11 @@ from torch.utils._pytree import tree_flatten, tree_map
 
 from ..errors import InputError
 from ..hashing import key64
-from .checks import InputRows, check_graph
+from .checks import ArgumentTypeError, InputRows, check_graph
 from .collectives import GradSync
 from .dropouts import dropout
 from .edges import EdgeIndex, Tagged
+from .reductions import ON_RANK, count, dispatch, global_sum, global_value
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -65,13 +66,11 @@ class Rows(torch.Tensor):
         handler = _HANDLERS.get(func)
         if handler is not None and g is not None:
             return handler(g, *args, **kwargs)
-        if func in _REDUCTIONS and g is not None and _over_nodes(args, kwargs):
-            raise InputError(
-                f"{_name(func)} over dim 0 reduces the nodes of every rank, and mgg computes "
-                "sum, mean, count_nonzero, any, all and the values of max/min/amax/amin "
-                "across ranks: use one of those (or reduce another dim)"
-            )
         with torch._C.DisableTorchFunctionSubclass():
+            if g is not None:
+                out = dispatch(func, g, args, kwargs)  # over the nodes: every rank, or refused
+                if out is not ON_RANK:
+                    return out
             out = func(*args, **kwargs)
         return out if g is None else _as_rows(out, g)
 
@@ -99,83 +98,6 @@ def _graph_of(args, kwargs):
     return None
 
 
-def _name(func) -> str:
-    return getattr(func, "__name__", str(func))
-
-
-def _over_nodes(args, kwargs) -> bool:
-    """Whether a reduction's dim (second positional or ``dim``) covers dim 0: None does."""
-    dim = kwargs.get("dim", args[1] if len(args) > 1 and not isinstance(args[1], bool) else None)
-    if dim is None:
-        return True
-    x = args[0]
-    dims = dim if isinstance(dim, tuple | list) else (dim,)
-    return any(int(d) % max(x.ndim, 1) == 0 for d in dims)
-
-
-# ---- global values and the gradient sync ------------------------------------------------------
-
-
-class _Global(torch.autograd.Function):
-    """The sum over ranks of a local value, the same on every rank; backward: each rank's
-    share of the gradient, scaled by P (the sync averages), and the sync queued."""
-
-    @staticmethod
-    def forward(ctx, t, g, params):
-        ctx.g, ctx.params = g, params
-        return _reduced(g, t, "sum")
-
-    @staticmethod
-    def backward(ctx, dt):
-        GradSync.of(ctx.g).queue(ctx.g, ctx.params)
-        return dt * ctx.g.size, None, None
-
-
-def _reduced(g, t: torch.Tensor, op: str) -> torch.Tensor:
-    """t reduced ('sum', 'max', 'min') over the ranks, on the host in float64 (bf16
-    included), back in t's dtype and device; a copy of t in a job of one rank."""
-    if g.comm is None or g.size == 1:
-        return t.detach().clone()
-    a = t.detach().to("cpu", torch.float64).reshape(-1).numpy()
-    return torch.from_numpy(g.comm.allreduce(a, op)).to(t.device, t.dtype).reshape(t.shape)
-
-
-def global_value(g, op: str, t: torch.Tensor) -> torch.Tensor:
-    """``op`` (sum, mean, max, min, amax, amin) of every element of t, whose rows are this
-    rank's share of a tensor split over the ranks (nodes, or edges), over every rank's."""
-    if op in ("sum", "mean"):
-        s = _global_sum(t.sum(), g)
-        return s if op == "sum" else s / _count(g, t.numel()).to(s.dtype)
-    if t.requires_grad and torch.is_grad_enabled():
-        raise InputError(f"{op} over every rank's rows has no gradient in mgg")
-    red = "max" if op in ("max", "amax") else "min"
-    empty = float("-inf") if red == "max" else float("inf")
-    local = getattr(t, "amax" if red == "max" else "amin")() if t.numel() else t.new_tensor(empty)
-    return _reduced(g, local, red)
-
-
-def _global_sum(t: torch.Tensor, g) -> torch.Tensor:
-    """t (a local sum) summed over the ranks; differentiable (see the module's rule)."""
-    params = _parameters_of(t) if t.requires_grad and torch.is_grad_enabled() else ()
-    return _Global.apply(t, g, params)
-
-
-def _parameters_of(t: torch.Tensor) -> tuple:
-    """The leaf tensors that require grad which ``t`` depends on, in one walk of its
-    autograd graph (the same order on every rank: every rank built the same graph)."""
-    seen, out, stack = set(), [], [t.grad_fn]
-    while stack:
-        fn = stack.pop()
-        if fn is None or fn in seen:
-            continue
-        seen.add(fn)
-        var = getattr(fn, "variable", None)
-        if var is not None:
-            out.append(var)
-        stack.extend(f for f, _ in reversed(fn.next_functions))
-    return tuple(out)
-
-
 class _Synced(torch.autograd.Function):
     """Identity whose backward queues the sync of a model's parameters."""
 
@@ -196,8 +118,21 @@ class DistributedModel(torch.nn.Module):
     optimizer.step()`` is then the same step on every rank. ``forward(x, g, ...)`` is the
     model's; its tensor outputs come back as Rows."""
 
-    def __init__(self, model: torch.nn.Module, g):
+    def __init__(self, model: torch.nn.Module, g=None):
         super().__init__()
+        if not isinstance(model, torch.nn.Module):
+            raise ArgumentTypeError(
+                f"DistributedModel: model must be a torch.nn.Module, got {type(model).__name__}"
+                " (wrap a function in a Module whose forward calls it)"
+            )
+        inner = [n for n, m in model.named_modules() if isinstance(m, DistributedModel)]
+        if inner:
+            where = f"model.{inner[0]}" if inner[0] else "model"
+            raise InputError(
+                f"DistributedModel: {where} is a DistributedModel already: wrap the outer "
+                "model once (a nested one would average the gradients twice and its ranks "
+                "would wait on each other's syncs)"
+            )
         check_graph(g, "DistributedModel")
         self.module, self.g = model, g
 
@@ -234,14 +169,10 @@ def follow_torch_seed(g) -> None:
     k.seed = int(key64(k.job_seed, torch.initial_seed()))
 
 
-def _count(g, n) -> torch.Tensor:
-    return _global_sum(torch.tensor([float(n)], dtype=torch.float64), g)[0]
-
-
 def _reduce(g, total: torch.Tensor, count: torch.Tensor, reduction: str):
     if reduction == "none":
         return Rows.of(total, g)
-    total = _global_sum(total, g)
+    total = global_sum(total, g)
     if reduction == "sum":
         return total
     if reduction != "mean":
@@ -264,7 +195,7 @@ def _class_loss(loss_fn):
         else:
             keep = target != ignore
             count = keep.sum() if weight is None else weight[target[keep]].sum(dtype=torch.float64)
-        return _reduce(g, total, _count(g, float(count)), reduction)
+        return _reduce(g, total, count(g, float(count)), reduction)
 
     return handler
 
@@ -277,87 +208,11 @@ def _element_loss(loss_fn):
         if reduction == "none":
             return Rows.of(loss_fn(input, target, *args, reduction="none", **kw), g)
         total = loss_fn(input, target, *args, reduction="sum", **kw)
-        return _reduce(g, total, _count(g, input.numel()), reduction)
+        return _reduce(g, total, count(g, input.numel()), reduction)
 
     return handler
 
 
-def _dims(args, kwargs):
-    """A reduction's (dim, keepdim) from its arguments (dim None: every dim)."""
-    dim = kwargs.get("dim", args[0] if args and not isinstance(args[0], bool) else None)
-    keep = args[1] if len(args) > 1 and isinstance(args[1], bool) else False
-    return dim, kwargs.get("keepdim", keep)
-
-
-def _summing(op):
-    """sum / mean / count_nonzero / any / all: over every rank when dim 0 is reduced."""
-
-    def handler(g, x, *args, **kwargs):
-        dim, keepdim = _dims(args, kwargs)
-        t = plain(x)
-        if dim is not None and not _over_nodes((t, dim), {}):
-            with torch._C.DisableTorchFunctionSubclass():
-                return Rows.of(_TORCH[op](t, *args, **kwargs), g)
-        if op in ("any", "all", "count_nonzero"):
-            local = (t != 0) if op != "all" else (t == 0)
-            s = local.sum() if dim is None else local.sum(dim=dim, keepdim=keepdim)
-            s = _global_sum(s.double(), g)
-            if op == "count_nonzero":
-                return s.long()
-            return s > 0 if op == "any" else s == 0
-        dtype = kwargs.get("dtype")
-        s = t.sum(dtype=dtype) if dim is None else t.sum(dim=dim, keepdim=keepdim, dtype=dtype)
-        if not s.is_floating_point():
-            return _global_sum(s.double(), g).to(s.dtype)
-        s = _global_sum(s, g)
-        if op == "sum":
-            return s
-        n = t.numel() if dim is None else t.shape[0]
-        if dim is not None:
-            for d in dim if isinstance(dim, tuple | list) else (dim,):
-                if int(d) % t.ndim != 0:
-                    n *= t.shape[int(d)]
-        return s / _count(g, n).to(s.dtype)
-
-    return handler
-
-
-def _extreme(op):
-    """max / min / amax / amin over every rank: values only, without a gradient."""
-
-    def handler(g, x, *args, **kwargs):
-        t = plain(x)
-        if (args or "dim" in kwargs) and not _over_nodes((t, *args), kwargs):
-            with torch._C.DisableTorchFunctionSubclass():
-                return _as_rows(_TORCH[op](t, *args, **kwargs), g)
-        if (args or "dim" in kwargs) and op in ("max", "min"):
-            raise InputError(
-                f"{op}(dim=0) would give indices into one rank's rows: use amax/amin for "
-                "the values over every rank"
-            )
-        if t.requires_grad and torch.is_grad_enabled():
-            raise InputError(f"{op} over every rank's rows has no gradient in mgg")
-        dim, keepdim = _dims(args, kwargs)
-        red = "max" if op in ("max", "amax") else "min"
-        local = getattr(t, "amax" if red == "max" else "amin")(
-            dim=() if dim is None else dim, keepdim=keepdim
-        )
-        return _reduced(g, local, red)
-
-    return handler
-
-
-_TORCH = {
-    "sum": torch.sum,
-    "mean": torch.mean,
-    "count_nonzero": torch.count_nonzero,
-    "any": torch.any,
-    "all": torch.all,
-    "max": torch.max,
-    "min": torch.min,
-    "amax": torch.amax,
-    "amin": torch.amin,
-}
 _HANDLERS = {
     F.dropout: _dropout,
     F.cross_entropy: _class_loss(F.cross_entropy),
@@ -365,16 +220,6 @@ _HANDLERS = {
     F.binary_cross_entropy_with_logits: _element_loss(F.binary_cross_entropy_with_logits),
     F.mse_loss: _element_loss(F.mse_loss),
     F.l1_loss: _element_loss(F.l1_loss),
-}
-for _op in ("sum", "mean", "count_nonzero", "any", "all"):
-    _HANDLERS[getattr(torch, _op)] = _HANDLERS[getattr(torch.Tensor, _op)] = _summing(_op)
-for _op in ("max", "min", "amax", "amin"):
-    _HANDLERS[getattr(torch, _op)] = _HANDLERS[getattr(torch.Tensor, _op)] = _extreme(_op)
-_REDUCTIONS = {
-    f
-    for name in ("argmax", "argmin", "std", "var", "prod", "norm", "median", "sort", "topk")
-    for f in (getattr(torch, name, None), getattr(torch.Tensor, name, None))
-    if f is not None
 }
 
 
