@@ -6,11 +6,15 @@ import os
 import sys
 
 from .. import process
+from ..comm.base import Comm
+from ..errors import InputError
+from ..graph.core import GRAPH_KINDS
 from ..graph.dataset import Dataset
-from ..graph.specs import resolve
+from ..graph.specs import BEG_SUFFIX, resolve
 from ..partition.shards import ShardedDataset, is_sharded
 from ..prepare import prepare
 from ..torch import Rows, SparseRows
+from ..torch.checks import ArgumentTypeError
 from ..torch.edges import EdgeIndex
 from ..torch.interop import as_tensor
 from ..torch.plan_arrays import PlanArrays
@@ -71,11 +75,8 @@ def load(
     the one kept here. In a job of several ranks, rank 0 alone prints (the others'
     stdout goes to /dev/null; MGG_PRINT_ALL=1 keeps it): the script's metrics are the
     whole graph's on every rank."""
-    opts = {"kind": kind, "row_normalize": row_normalize, "adj_t": False}
-    if transform is not None:
-        if not isinstance(transform, BaseTransform):
-            raise TypeError(f"transform: {transform!r} is not one of mgg.pyg.transforms")
-        opts = transform.options(opts)
+    _check_source(source)
+    opts = _options(comm, transform, kind, row_normalize, seed)
     if comm is None and process.job_size() > 1:
         from ..comm import get_comm
 
@@ -123,6 +124,52 @@ def load(
         g=g,
         notes=local.notes,
     )
+
+
+def _check_source(source) -> None:
+    if not isinstance(source, str | os.PathLike | Dataset | ShardedDataset):
+        raise ArgumentTypeError(
+            f"load: source must be a path, a dataset spec (str) or an mgg Dataset, got "
+            f"{type(source).__name__}"
+        )
+    if isinstance(source, str | os.PathLike):
+        path = os.fspath(source)
+        if not path.strip():
+            raise InputError("load: source is empty: give a graph file, folder or dataset spec")
+        gone = not os.path.exists(path) and not os.path.exists(path + BEG_SUFFIX)
+        if gone and os.sep in path and ":" not in os.path.basename(path):
+            raise InputError(f"load: source {path}: no such file or folder")
+
+
+def _options(comm, transform, kind, row_normalize, seed) -> dict:
+    """load's options, each checked where it enters (one line naming the argument)."""
+    if comm is not None and not isinstance(comm, Comm):
+        raise ArgumentTypeError(
+            f"load: comm must be the job's mgg.comm communicator (mgg.comm.get_comm()) or "
+            f"None, got {type(comm).__name__}"
+        )
+    if not isinstance(kind, str) or kind not in GRAPH_KINDS:
+        raise InputError(f"load: kind must be one of {', '.join(GRAPH_KINDS)}, got {kind!r}")
+    if not isinstance(row_normalize, bool):
+        raise ArgumentTypeError(f"load: row_normalize must be True or False, got {row_normalize!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**31 - 1:
+        raise InputError(f"load: seed must be an integer in [0, 2147483647], got {seed!r}")
+    opts = {"kind": kind, "row_normalize": row_normalize, "adj_t": False}
+    if transform is None:
+        return opts
+    if isinstance(transform, type) and issubclass(transform, BaseTransform):
+        raise ArgumentTypeError(
+            f"load: transform is the class {transform.__name__}: give an instance, "
+            f"T.{transform.__name__}()"
+        )
+    if not isinstance(transform, BaseTransform):
+        raise ArgumentTypeError(f"load: transform: {transform!r} is not one of mgg.pyg.transforms")
+    out = transform.options(opts)
+    if kind != "as_is" and out["kind"] != kind:
+        raise InputError(
+            f"load: kind={kind!r} and transform={transform!r} both set the graph's kind: give one"
+        )
+    return out
 
 
 __all__ = ["Data", "load"]

@@ -23,6 +23,7 @@ inside a distributed PyG layer (mgg.pyg.inside).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -550,5 +551,26 @@ def dispatch(func, g, args, kwargs):
     raise err
 
 
+_BEGIN, _END = "<!-- reductions:", "  <!-- /reductions -->"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "pyg.md"
+
+
+def documented(text: str) -> str:
+    """The block of docs/pyg.md (its text) between the reductions markers."""
+    head, _, rest = text.partition(_BEGIN)
+    return rest.partition("-->\n")[2].partition(_END)[0]
+
+
+def write_doc(path: Path = DOC) -> None:
+    """Rewrite the reductions block of docs/pyg.md with ``doc()``."""
+    text = path.read_text()
+    old = documented(text)
+    start = text.index(_BEGIN)
+    start = text.index("-->\n", start) + 4
+    path.write_text(text[:start] + doc() + text[start + len(old) :])
+
+
 if __name__ == "__main__":
-    print(doc(), end="")
+    import sys
+
+    write_doc() if "--write" in sys.argv[1:] else print(doc(), end="")
