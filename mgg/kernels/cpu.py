@@ -19,6 +19,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 from ..precision import accumulator, bits
+from . import checks as check
 from .bf16 import load, put
 
 OPS = ("sum", "mean", "gcn", "gin")
@@ -35,6 +36,8 @@ def init_out(op: str, x: np.ndarray, out: np.ndarray, eps: float = 0.0) -> None:
     _check_sums(x, out)
     if op == "gin":
         n = out.shape[0]
+        check.same_width(x, out, "init_out", "x")
+        check.need(x.shape[0] >= n, "init_out", f"x has {x.shape[0]} rows, out {n}")
         _scale_rows(
             bits(np.ascontiguousarray(x[:n])).ravel(), out.ravel(), out.dtype.type(1.0 + eps)
         )
@@ -53,6 +56,11 @@ def _check_sums(src, out) -> None:
 def finalize(op: str, in_degrees: np.ndarray, out: np.ndarray) -> None:
     """Divide each row by its in-degree for mean (rows of isolated nodes stay 0)."""
     if op == "mean":
+        check.need(
+            in_degrees.size >= out.shape[0],
+            "finalize",
+            f"in_degrees has {in_degrees.size} entries for {out.shape[0]} rows",
+        )
         _divide_rows(out, in_degrees)
 
 
@@ -70,6 +78,8 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     cache); a node whose partitions straddle two chunks gets its tail through a
     per-chunk carry row, so no two threads write one row.
     """
+    check.same_width(src, out, "accumulate")
+    check.partitions(part_ptr, part_node, k0, k1, indices, weights, "accumulate")
     if k1 <= k0 or out.shape[1] == 0:
         return
     _check_sums(src, out)
@@ -86,7 +96,15 @@ def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, 
     that rounds them. Arguments as ``accumulate``'s; x [>= n, D] the local rows (GIN's
     (1+eps)·x[v]), out like x's rows, in_degrees int [n] (0: a row with no partition).
     """
+    check.same_width(x, out, "aggregate_rows", "x")
     n, d = out.shape
+    check.need(x.shape[0] >= n, "aggregate_rows", f"x has {x.shape[0]} rows, out {n}")
+    check.need(
+        in_degrees.size >= n,
+        "aggregate_rows",
+        f"in_degrees has {in_degrees.size} entries for {n} rows",
+    )
+    check.partitions(part_ptr, part_node, 0, part_node.size, indices, weights, "aggregate_rows")
     if n == 0 or d == 0:
         return
     if out.dtype != x.dtype:
@@ -452,6 +470,10 @@ def _divide_rows(out, deg):
 def gather_rows(x: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     """out[i] = x[rows[i]]: x [n, D], rows int [m], out [m, D] (C-contiguous), packing the
     rows peers need into one send buffer."""
+    check.same_width(x, out, "gather_rows", "x")
+    check.need(
+        out.shape[0] >= rows.size, "gather_rows", f"out has {out.shape[0]} rows for {rows.size}"
+    )
     if rows.size and x.shape[1]:
         _gather_rows(bits(x), rows, bits(out))
 

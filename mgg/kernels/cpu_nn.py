@@ -11,6 +11,7 @@ import numpy as np
 
 from ..hashing import GOLDEN, mix64
 from ..precision import accumulator, bits
+from . import checks as check
 from .bf16 import load, put
 
 
@@ -24,6 +25,7 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_a
     """x [n, d] -> the dropped-out copy: entry (i, j) kept (and scaled) where the hash of
     (key, lb + i, j) is at least ``threshold`` (a uint32)."""
     key = _key(key, key_at)
+    check.rows2d(x, "dropout_dense", "x")
     x = np.ascontiguousarray(x)
     out = np.empty_like(x)
     scale = accumulator(x.dtype).type(scale)  # bf16: multiplied in float32, rounded once
@@ -47,6 +49,11 @@ def edge_dropout(
     an edge does not depend on which rank holds it. ``key_at``: a slot holding the key
     (every dropout here takes one), read instead of ``key``."""
     key = _key(key, key_at)
+    check.need(
+        dst.ndim == 1 and dst.shape == src.shape,
+        "edge_dropout",
+        f"dst {dst.shape} and src {src.shape} must be one [E] each",
+    )
     out = np.empty((dst.size, heads), np.float32)
     _edge_dropout(dst, src, heads, num_nodes, key, threshold, np.float32(scale), out)
     return out
@@ -56,6 +63,7 @@ def sddmm(indptr, indices, a, b, heads: int):
     """[E, heads]: out[e, h] = <a[v, h·C:(h+1)·C], b[indices[e], h·C:(h+1)·C]> for the
     edges e of row v of the CSR (indptr int64 [n+1], indices int [E]); a [n, H·C],
     b [R, H·C] of one float dtype; the output is what it sums in (float32 for bf16)."""
+    check.csr_rows(indptr, indices, a, b, heads)
     if a.dtype != b.dtype:
         raise ValueError(f"sddmm takes a and b of one dtype, got {a.dtype} and {b.dtype}")
     out = np.empty((indices.size, heads), accumulator(a.dtype))
@@ -71,6 +79,7 @@ def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
     a_dst[v, h]). The edges of row v are lp[v]..lp[v+1] (local) and El + rp[v]..El +
     rp[v+1] (remote), El = lp[n]; lp, rp int64 [n+1], src int64 [E] (rows of a_all);
     a_all [S, H], a_dst [n, H] of one float dtype, which α takes."""
+    check.scores(lp, rp, src, a_all, a_dst, "gat_softmax")
     alpha = np.empty((src.size, a_dst.shape[1]), a_dst.dtype)
     _gat_softmax(
         lp, rp, src, np.ascontiguousarray(a_all), np.ascontiguousarray(a_dst), slope, alpha
@@ -82,6 +91,9 @@ def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float)
     """(dscore [E, H], da_dst [n, H]): the gradient of gat_softmax's scores (through the
     softmax and the LeakyReLU) given dα [E, H], and its sum over each destination's
     edges."""
+    check.scores(lp, rp, src, a_all, a_dst, "gat_softmax_backward")
+    check.per_edge(alpha, src, a_dst.shape[1], "gat_softmax_backward", "alpha")
+    check.per_edge(dalpha, src, a_dst.shape[1], "gat_softmax_backward", "dalpha")
     dscore = np.empty_like(alpha)
     da_dst = np.empty_like(a_dst)
     _gat_softmax_backward(
@@ -101,7 +113,9 @@ def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float)
 
 def segment_sum(ptr, perm, values, segments: int):
     """[segments, H]: out[s] = sum of values[perm[k]] over k in ptr[s]..ptr[s+1], in k's
-    order (deterministic); ptr int64 [segments+1], perm int64 [K], values [E, H]."""
+    order (deterministic); ptr int64 [segments+1], perm int64 [E] (a permutation of
+    values' rows), values [E, H]."""
+    check.segments(ptr, perm, values, segments)
     out = np.empty((segments, values.shape[1]), values.dtype)
     _segment_sum(ptr, perm, np.ascontiguousarray(values), out)
     return out

@@ -22,6 +22,7 @@ from ...errors import InputError
 from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
 from ...precision import BF16, bits, holds_bf16, row_dtype, storage
+from .. import checks as check
 from ..reference import check_edge_weights
 from .occupancy import FLOAT_BYTES, WARP, Device, Workload, estimate, live_gpu, width_class
 
@@ -293,7 +294,15 @@ def run(
         raise ValueError(f"parts must be 'both', 'local' or 'remote', got {parts!r}")
     if parts != "both" and len(dplan.launches) > 1:
         raise ValueError(f"parts={parts!r} runs a plan in one launch, not {len(dplan.launches)}")
-    d = cfg.dim
+    d, n_all = cfg.dim, dplan.plan.num_local_nodes
+    for name, a in (("x", x), ("out", out)):
+        check.rows2d(a, "run", name)
+        check.need(
+            a.shape[0] >= n_all and a.shape[1] == d,
+            "run",
+            f"{name} must be [>= {n_all}, {d}] (the plan's rows, the config's width), got "
+            f"{tuple(a.shape)}",
+        )
     bf16 = holds_bf16(out)
     if x.dtype != out.dtype or out.dtype not in (np.float32, np.uint16):
         raise ValueError(
@@ -313,6 +322,16 @@ def run(
         if op != "sum":
             raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
         (local_w, remote_w), weighted = weights, 1
+        for name, w, e in (
+            ("local", local_w, dplan.plan.num_local_edges),
+            ("remote", remote_w, dplan.plan.num_remote_edges),
+        ):
+            check.need(
+                w.ndim in (1, 2) and w.shape[0] == e and w.shape[1:] == local_w.shape[1:],
+                "run",
+                f"{name} edge weights must be [{e}] or [{e}, H] (as the local ones), got "
+                f"{tuple(w.shape)}",
+            )
         heads = 1 if local_w.ndim == 1 else local_w.shape[1]
         if heads < 1 or d % heads:
             raise ValueError(f"{heads} heads do not divide the feature width {d}")
@@ -429,8 +448,17 @@ def aggregate_halo(
     rows: launches of at most this many destination rows (DevicePlan; None: one)."""
     import cupy
 
-    dev_id, dev = current_device()
+    check.rows2d(x, "aggregate_halo", "x")
     n, d = plan.num_local_nodes, x.shape[1]
+    check.need(x.shape[0] >= n, "aggregate_halo", f"x must be [>= {n}, D], got {tuple(x.shape)}")
+    if halo is not None:
+        check.rows2d(halo, "aggregate_halo", "halo")
+        check.need(
+            halo.shape[0] >= plan.num_halo and halo.shape[1] == d,
+            "aggregate_halo",
+            f"halo must be [{plan.num_halo}, {d}], got {tuple(halo.shape)}",
+        )
+    dev_id, dev = current_device()
     if weights is not None:
         if isinstance(weights, tuple | list):  # uploaded first: cupy's ascontiguousarray
             weights = [cupy.asarray(w) for w in weights]  # takes cupy arrays only

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ...precision import bits, holds_bf16
+from .. import checks as check
 
 SOURCE = Path(__file__).with_name("nn.cu")
 THREADS = 256
@@ -66,6 +67,7 @@ def dropout_dense(x, key: np.uint64, lb: int, threshold: np.uint32, scale, key_a
     ``key_at``: a device slot holding the key, read by the kernel instead of ``key``."""
     import cupy
 
+    check.rows2d(x, "dropout_dense", "x")
     bf16 = holds_bf16(x)
     x = _rows(x, bf16)
     out = cupy.empty_like(x)
@@ -151,6 +153,7 @@ def sddmm(indptr, indices, a, b, heads: int):
     b [R, H·C] float32, or both bf16 (summed in float32) — as cpu_nn.sddmm."""
     import cupy
 
+    check.csr_rows(indptr, indices, a, b, heads)
     out = cupy.empty((indices.size, heads), cupy.float32)
     if a.shape[1] % heads:
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
@@ -195,6 +198,7 @@ def gat_softmax(lp, rp, src, a_all, a_dst, slope: float):
     """float32 [E, H] cupy: as cpu_nn.gat_softmax (one warp per destination)."""
     import cupy
 
+    check.scores(lp, rp, src, a_all, a_dst, "gat_softmax")
     n, heads = a_dst.shape
     alpha = cupy.empty((src.size, heads), cupy.float32)
     if alpha.size and n:
@@ -216,6 +220,9 @@ def gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope: float)
     """(dscore [E, H], da_dst [n, H]) float32 cupy: as cpu_nn.gat_softmax_backward."""
     import cupy
 
+    check.scores(lp, rp, src, a_all, a_dst, "gat_softmax_backward")
+    check.per_edge(alpha, src, a_dst.shape[1], "gat_softmax_backward", "alpha")
+    check.per_edge(dalpha, src, a_dst.shape[1], "gat_softmax_backward", "dalpha")
     n, heads = a_dst.shape
     dscore = cupy.empty((src.size, heads), cupy.float32)
     da_dst = cupy.zeros((n, heads), cupy.float32)
@@ -241,6 +248,7 @@ def segment_sum(ptr, perm, values, segments: int):
     """float32 [segments, H] cupy: as cpu_nn.segment_sum (one warp per segment)."""
     import cupy
 
+    check.segments(ptr, perm, values, segments)
     heads = values.shape[1]
     out = cupy.zeros((segments, heads), cupy.float32)
     if segments and perm.size:
@@ -263,6 +271,10 @@ def gather_rows(x, src, out) -> None:
     """One launch: out[i] = x[src[i]]. x [N, D] and out [H, D] C-contiguous cupy arrays of
     one dtype, float32 or uint16 (bf16 bits), src int64 [H] cupy; 16-byte loads where the
     row's bytes and the pointers allow, else 4-byte (2-byte: odd bf16 rows)."""
+    check.same_width(x, out, "gather_rows", "x")
+    check.need(
+        out.shape[0] >= src.size, "gather_rows", f"out has {out.shape[0]} rows for {src.size}"
+    )
     h, d = int(src.size), int(x.shape[1])
     if x.dtype != out.dtype or x.dtype.itemsize not in (2, 4):
         raise ValueError(f"gather_rows copies float32 or uint16 rows, not {x.dtype} to {out.dtype}")

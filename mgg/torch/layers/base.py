@@ -9,6 +9,7 @@ import math
 import torch
 from torch import nn
 
+from ...errors import InputError
 from ..checks import InputRows
 
 WITH_LOOPS = ("self_loops", "gcn_norm")  # the graph kinds with one self loop per node
@@ -22,7 +23,7 @@ def glorot(t: torch.Tensor) -> None:
 
 
 def refuse(what: str, why: str):
-    raise ValueError(f"{what}: {why}")
+    raise InputError(f"{what}: {why}")
 
 
 def narrower(layer: nn.Module, x, out_dim: int, pyg: bool) -> bool:
