@@ -119,7 +119,7 @@ def softmax(src: torch.Tensor, index: torch.Tensor, ptr=None, num_nodes: int | N
     return ex / (scatter(ex, index, n, "sum").index_select(0, index) + 1e-16)
 
 
-_ANY_FLOAT = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+_ANY_FLOAT = (torch.float64, torch.float32, torch.bfloat16)
 
 
 def _check_node_rows(t, g, who: str, name: str) -> None:
