@@ -433,7 +433,8 @@ def _extremes(name, g, args, kwargs):
         if g.comm is None or g.size == 1:
             return local.clone()
         parts = g.comm.allgather(local.to("cpu", torch.float64).numpy())
-        return torch.from_numpy(np.prod(np.stack(parts), axis=0)).to(local.device, local.dtype)
+        total = np.asarray(np.prod(np.stack(parts), axis=0))
+        return torch.from_numpy(total).to(local.device, local.dtype)
     return _extreme(g, x, dims, keep, "max" if name in ("max", "amax") else "min")
 
 

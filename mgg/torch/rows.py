@@ -37,7 +37,8 @@ from .checks import ArgumentTypeError, InputRows, check_graph
 from .collectives import GradSync
 from .dropouts import dropout
 from .edges import EdgeIndex, Tagged
-from .reductions import ON_RANK, count, dispatch, global_sum, global_value
+from .reductions import ON_RANK, dispatch, global_sum, global_value
+from .reductions import count as global_count
 
 # ---- the tensor -----------------------------------------------------------------------------
 
@@ -195,7 +196,7 @@ def _class_loss(loss_fn):
         else:
             keep = target != ignore
             count = keep.sum() if weight is None else weight[target[keep]].sum(dtype=torch.float64)
-        return _reduce(g, total, count(g, float(count)), reduction)
+        return _reduce(g, total, global_count(g, float(count)), reduction)
 
     return handler
 
@@ -208,7 +209,7 @@ def _element_loss(loss_fn):
         if reduction == "none":
             return Rows.of(loss_fn(input, target, *args, reduction="none", **kw), g)
         total = loss_fn(input, target, *args, reduction="sum", **kw)
-        return _reduce(g, total, count(g, input.numel()), reduction)
+        return _reduce(g, total, global_count(g, input.numel()), reduction)
 
     return handler
 
