@@ -34,7 +34,8 @@ def inside(g):
         _GRAPH.pop()
 
 
-_SHAPES = {torch.Tensor.view, torch.Tensor.reshape}
+_T = torch.Tensor
+_SHAPES = {_T.view, _T.reshape}
 
 
 class InLayer(TorchFunctionMode):

@@ -191,13 +191,8 @@ ON_THE_RANK = (
 def functions(name: str) -> list:
     """The torch functions (and Tensor methods) a table's name stands for."""
     space, _, base = name.rpartition(".")
-    homes = {
-        "": (torch, torch.Tensor),
-        "F": (F,),
-        "linalg": (torch.linalg,),
-        "special": (torch.special,),
-        "fft": (torch.fft,),
-    }[space]
+    homes = (torch, torch.Tensor) if not space else (F,) if space == "F" else ()
+    homes = homes or (getattr(torch, space, None),)  # torch.linalg, torch.special, torch.fft
     return [getattr(m, base) for m in homes if hasattr(m, base)]
 
 
@@ -345,16 +340,10 @@ def _extreme(g, x: torch.Tensor, dims: tuple, keep: bool, red: str) -> torch.Ten
     """The max or min of x over ``dims`` over every rank (a rank without rows adds none)."""
     if x.numel():
         local = (torch.amax if red == "max" else torch.amin)(x, dim=dims, keepdim=keep)
-    else:
-        if x.dtype == torch.bool:
-            fill = red != "max"
-        elif x.is_floating_point():
-            fill = -math.inf if red == "max" else math.inf
-        else:
-            info = torch.iinfo(x.dtype)
-            fill = info.min if red == "max" else info.max
-        local = x.new_full(_shape(x, dims, keep), fill)
-    return reduced(g, local, red)
+        return reduced(g, local, red)
+    fill = -math.inf if red == "max" else math.inf  # float64 holds every dtype's extremes
+    local = torch.full(_shape(x, dims, keep), fill, dtype=torch.float64, device=x.device)
+    return reduced(g, local, red).to(x.dtype)
 
 
 def global_value(g, op: str, t: torch.Tensor) -> torch.Tensor:
@@ -377,13 +366,15 @@ def _sums(name, g, args, kwargs):
     dims, keep, dtype = _dims(x, d), _keep(args, kwargs), kwargs.get("dtype")
     if name in ("mean", "nanmean") and not (dtype or x.dtype).is_floating_point:
         raise InputError(f"{name} of {x.dtype} rows: give dtype= a floating type, as torch asks")
-    op = torch.nansum if name.startswith("nan") else torch.sum
-    s = global_sum(_local(op, x, dims, keep, dtype=dtype), g)
+    nan = x.isnan() if name.startswith("nan") else None
+    if nan is not None:  # torch's nansum: NaNs count as 0, their gradient 0
+        x = torch.where(nan, torch.zeros_like(x), x)
+    s = global_sum(_local(torch.sum, x, dims, keep, dtype=dtype), g)
     if name in ("sum", "nansum"):
         return s
     if name == "mean":
         return s / count(g, math.prod(x.shape[i] for i in dims)).to(s.dtype)
-    n = reduced(g, _local(torch.sum, ~x.isnan(), dims, keep).double(), "sum")
+    n = reduced(g, _local(torch.sum, ~nan, dims, keep).double(), "sum")
     return s / n.to(s.dtype)
 
 
@@ -401,11 +392,11 @@ def _logsumexp(name, g, args, kwargs):
     if not covers(x, d):
         return ON_RANK
     if not x.is_floating_point():
-        x = x.to(torch.get_default_dtype())
+        x = x.float()
     dims, keep = _dims(x, d), _keep(args, kwargs)
     m = _extreme(g, x.detach(), dims, True, "max")
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
-    out = m + torch.log(global_sum(_local(torch.sum, torch.exp(x - m), dims, True), g))
+    out = m + global_sum(_local(torch.sum, (x - m).exp(), dims, True), g).log()
     return out if keep else out.reshape(_shape(x, dims, False))
 
 
@@ -429,7 +420,9 @@ def _extremes(name, g, args, kwargs):
     if name == "aminmax":
         return _extreme(g, x, dims, keep, "min"), _extreme(g, x, dims, keep, "max")
     if name == "prod":
-        local = _local(torch.prod, x, dims, keep, dtype=kwargs.get("dtype"))
+        local = x if kwargs.get("dtype") is None else x.to(kwargs["dtype"])
+        for d in reversed(dims):
+            local = local.prod(d, keepdim=keep)
         if g.comm is None or g.size == 1:
             return local.clone()
         parts = g.comm.allgather(local.to("cpu", torch.float64).numpy())
@@ -474,14 +467,14 @@ def _pair(d) -> bool:
 def _p_norm(g, x, p, d, keep):
     p, dims = float(p), _dims(x, d)
     if not (x.is_floating_point() or x.is_complex()):
-        x = x.to(torch.get_default_dtype())
+        x = x.float()
     a = x.abs()
-    if math.isinf(p):
+    if p in (math.inf, -math.inf):
         _no_grad(f"the {p} norm", x)
         return _extreme(g, a, dims, keep, "max" if p > 0 else "min")
     if p == 0:
         return global_sum(_local(torch.sum, (a != 0).to(a.dtype), dims, keep), g)
-    return global_sum(_local(torch.sum, a.pow(p), dims, keep), g).pow(1 / p)
+    return global_sum(_local(torch.sum, a**p, dims, keep), g) ** (1 / p)
 
 
 _HANDLERS = {
