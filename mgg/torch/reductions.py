@@ -57,6 +57,26 @@ COVERED = [
     ),
 ]
 
+# the losses over every rank's rows (their handlers: mgg.torch.rows): 'class' weighs each
+# row by its class's weight, without ignore_index's; 'mean' is the mean of the values of
+# torch's reduction='none' over every rank ('batchmean': kl_div's sum over the rows)
+LOSSES = {
+    "F.cross_entropy": "class",
+    "F.nll_loss": "class",
+    **dict.fromkeys(
+        (
+            *("F.mse_loss", "F.l1_loss", "F.binary_cross_entropy_with_logits"),
+            *("F.binary_cross_entropy", "F.smooth_l1_loss", "F.huber_loss", "F.kl_div"),
+            *("F.soft_margin_loss", "F.poisson_nll_loss", "F.gaussian_nll_loss"),
+            *("F.hinge_embedding_loss", "F.margin_ranking_loss", "F.cosine_embedding_loss"),
+            *("F.multilabel_margin_loss", "F.multilabel_soft_margin_loss"),
+            *("F.multi_margin_loss", "F.triplet_margin_loss"),
+            "F.triplet_margin_with_distance_loss",
+        ),
+        "mean",
+    ),
+}
+
 _LAST = (1, "dim", -1)
 REFUSED_KINDS = [  # (kind, {name: dim spec})
     (
@@ -113,6 +133,12 @@ REFUSED_KINDS = [  # (kind, {name: dim spec})
             "rot90": (2, "dims", (0, 1)),
             "renorm": (None, "", ALL),
             "renorm_": (None, "", ALL),
+        },
+    ),
+    (
+        "losses over sequences",
+        {
+            "F.ctc_loss": (None, "", ALL),
         },
     ),
     (
@@ -207,8 +233,8 @@ def doc() -> str:
     for ns, note in COVERED:
         lines.append(f"    - {names(ns)}" + (f": {note};" if note else ";"))
     lines += [
-        "    - the losses `F.cross_entropy`, `F.nll_loss`, `F.binary_cross_entropy_with_logits`,"
-        " `F.mse_loss` and `F.l1_loss`.",
+        f"    - the losses {names(LOSSES)}, with their `reduction` (`'none'`: this rank's "
+        "rows as Rows; `kl_div`'s `'batchmean'`: over every rank's rows).",
         "  - Refused over the nodes with an `InputError` naming the op, never computed on "
         "one rank's rows alone:",
         *(f"    - {kind}: {names(sorted(table))};" for kind, table in REFUSED_KINDS),

@@ -37,7 +37,7 @@ from .checks import ArgumentTypeError, InputRows, check_graph
 from .collectives import GradSync
 from .dropouts import dropout
 from .edges import EdgeIndex, Tagged
-from .reductions import ON_RANK, dispatch, global_sum, global_value
+from .reductions import LOSSES, ON_RANK, dispatch, functions, global_sum, global_value
 from .reductions import count as global_count
 
 # ---- the tensor -----------------------------------------------------------------------------
@@ -201,27 +201,31 @@ def _class_loss(loss_fn):
     return handler
 
 
-def _element_loss(loss_fn):
-    """An elementwise loss (mse, l1, bce with logits) over every rank's entries."""
+def _loss(name, loss_fn):
+    """A loss whose mean is the mean of its reduction='none' values (the elementwise
+    losses, the per-row ones), over every rank's; kl_div's 'batchmean' over the rows."""
 
-    def handler(g, input, target, *args, reduction="mean", **kw):
-        input, target = plain(input), plain(target)
+    def handler(g, *args, reduction="mean", **kw):
+        if kw.get("size_average") is not None or kw.get("reduce") is not None:
+            raise InputError(
+                f"{name}: size_average and reduce are torch's old arguments: give reduction="
+            )
+        if reduction == "batchmean" and name != "F.kl_div":
+            raise ValueError(f"{name}: reduction must be 'mean', 'sum' or 'none', got 'batchmean'")
+        args, kw = tree_map(plain, (args, kw))
+        values = loss_fn(*args, reduction="none", **kw)
         if reduction == "none":
-            return Rows.of(loss_fn(input, target, *args, reduction="none", **kw), g)
-        total = loss_fn(input, target, *args, reduction="sum", **kw)
-        return _reduce(g, total, global_count(g, input.numel()), reduction)
+            return Rows.of(values, g)
+        n = args[0].shape[0] if reduction == "batchmean" else values.numel()
+        return _reduce(g, values.sum(), global_count(g, n), reduction.replace("batch", ""))
 
     return handler
 
 
-_HANDLERS = {
-    F.dropout: _dropout,
-    F.cross_entropy: _class_loss(F.cross_entropy),
-    F.nll_loss: _class_loss(F.nll_loss),
-    F.binary_cross_entropy_with_logits: _element_loss(F.binary_cross_entropy_with_logits),
-    F.mse_loss: _element_loss(F.mse_loss),
-    F.l1_loss: _element_loss(F.l1_loss),
-}
+_HANDLERS = {F.dropout: _dropout}
+for _name, _how in LOSSES.items():
+    _fn = functions(_name)[0]
+    _HANDLERS[_fn] = _class_loss(_fn) if _how == "class" else _loss(_name, _fn)
 
 
 def rows_io(forward):
