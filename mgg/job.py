@@ -29,6 +29,22 @@ OUTPUT_ROWS = ("all", "labeled")
 # parameter (what the footprint model counts)
 OPTIMIZERS = {"adam": ("Adam", 8), "sgd": ("SGD", 0)}  # Adam: two moments; SGD: none
 DESIGNS = "pipelined|bulk_halo|direct (cpu)"
+# Policies on a job's sizes, checked before any work (the model and the plans are built
+# layer by layer and rank by rank, and a size past these would run for hours first):
+# layers: the deepest GNN published (RevGNN, 1,001 layers) with room; a model is built and
+# planned layer by layer before its first step (mgg plan: about 1 s per 1,000 layers)
+MAX_LAYERS = 1024
+LAYERS_WHY = (
+    "a policy: the model is built and planned layer by layer before its first step, and "
+    "the deepest published GNN (RevGNN) has 1,001"
+)
+# ranks: every rank's plan keeps state per peer and mgg partition builds a plan per rank
+# (about 4 ms each on Cora: 8,192 ranks took 39 s), so the job's work grows as P^2
+MAX_RANKS = 4096
+RANKS_WHY = (
+    "a policy: each rank keeps state per peer and a plan is built for every rank (mgg "
+    "partition: about 4 ms each), so the work grows with P^2"
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +105,7 @@ class Job:
         choices=OUTPUT_ROWS,
     )
     row_normalize: bool = _param(False, "flag", "feature rows sum to 1", ("train",))
-    design: str = _param("pipelined", "text", DESIGNS, ("train", "predict", "embed"))
+    design: str = _param("pipelined", "text", DESIGNS, ("train", "plan", "predict", "embed"))
     backend: str = _param("cpu", "choice", "where the job runs", EVERY, BACKENDS)
     # decided by the memory plan (mgg.footprint.planned), not a flag: the rows of dense
     # features a chunk streams through the device (0: the features live there)
@@ -126,6 +142,13 @@ class Job:
             value = getattr(self, f.name)
             if p is not None and value is not None:
                 _check(label(f.name), p, value)
+        if self.layers is not None and self.layers > MAX_LAYERS:
+            raise InputError(
+                f"{label('layers')} {self.layers:,}: at most {MAX_LAYERS:,} layers ({LAYERS_WHY})"
+            )
+        from .designs import get_design
+
+        get_design(self.backend, self.design)  # an unknown design: refused before any work
         for option, model in (("heads", "gat"), ("input_dropout", "gin")):
             if getattr(self, option) is not None and self.model != model:
                 raise ValueError(f"{label(option)} is an option of --model {model}")
@@ -203,6 +226,13 @@ def _check(flag: str, p: Param, value) -> None:
             "text": "a name",
         }[p.kind]
         raise InputError(f"{flag} must be {want}, got {value!r}")
+
+
+def check_ranks(ranks: int, flag: str = "--np") -> None:
+    """InputError naming ``flag`` when a job of ``ranks`` ranks is past MAX_RANKS (before
+    any plan loops over them)."""
+    if int(ranks) > MAX_RANKS:
+        raise InputError(f"{flag} {int(ranks):,}: at most {MAX_RANKS:,} ranks ({RANKS_WHY})")
 
 
 def params(command: str) -> list[tuple[str, object, Param]]:

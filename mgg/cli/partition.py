@@ -71,6 +71,7 @@ def main(args) -> int:
     from ..footprint import check_job
     from ..graph.core import job_graph
     from ..graph.specs import dataset_source
+    from ..job import check_ranks
     from ..partition import build_plan, plan_stats
     from ..partition import order as node_order
     from ..partition.shards import ShardedDataset, check_target, order_info, write_sharded
@@ -94,6 +95,7 @@ def main(args) -> int:
         check_target(args.out, args.force)
     if args.np is None:
         raise ValueError("--np P is required (the number of ranks to partition for)")
+    check_ranks(args.np)  # before the plans, one per rank
     if args.save_order:
         if args.order_file or names == ["natural"]:
             raise ValueError(

@@ -57,14 +57,22 @@ def add(sub):
 
 
 def main(args) -> int:
+    from ..designs import get_design
     from ..footprint import job_kw, plan
     from ..graph.facts import job_facts
     from ..graph.specs import spec_facts
-    from ..knobs import Knobs, flag
+    from ..job import check_ranks
+    from ..knobs import JOB_KNOBS, Knobs, flag
     from ..partition.shards import ShardedDataset
 
-    given = {k: getattr(args, k) for k in ("dtype", "order")}
-    job = job_of(args, Knobs.parse(given, label=flag), "plan")
+    check_ranks(args.np)  # before any loop over the ranks
+    # the knobs as train takes them: its backend's and its design's (train's knobs_of)
+    design = get_design(args.backend, args.design)
+    takes = set(JOB_KNOBS[args.backend]) | set(design.knobs)
+    given = {k: getattr(args, k) for k in ("dtype", "order") if getattr(args, k) is not None}
+    where = f"the {design.name} design on {args.backend}"
+    knobs = Knobs.parse(given, takes=tuple(takes), job=where, label=flag)
+    job = job_of(args, knobs, "plan")
     facts = spec_facts(args.graph, args.scale, args.seed)
     bounds = None
     if facts is None:
@@ -78,7 +86,7 @@ def main(args) -> int:
         name = facts["name"]
     if args.sharded:
         facts = {**job_facts(facts), "sharded": True}
-    budget, how = _budget(args)
+    budget, how = _budget(args, args.np)
     if args.job == "train":
         kw = job_kw(job)
     else:
@@ -90,6 +98,7 @@ def main(args) -> int:
         budget=budget,
         device=args.backend == "cuda",
         bounds=bounds,
+        budget_of=lambda p: _budget(args, p)[0],
         **kw,
     )
     out.update(graph=name, backend=args.backend, budget_how=how)
@@ -99,17 +108,20 @@ def main(args) -> int:
     return 0
 
 
-def _budget(args) -> tuple[dict, dict]:
-    """(bytes a rank has: host, and device for cuda; how each was found)."""
+def _budget(args, ranks: int) -> tuple[dict, dict]:
+    """(bytes a rank of a ``ranks``-rank job has: host, and device for cuda; how each was
+    found): the ranks on this node (--ranks-per-node, else all) share its memory and GPUs,
+    so a --np fix is planned against its own, smaller share."""
     from ..memory import available, parse_size
 
+    local = min(args.ranks_per_node or ranks, ranks)
     if args.host_memory is not None:
         host, host_how = parse_size(args.host_memory), f"--host-memory {args.host_memory}"
     else:
-        host, host_how = available(args.ranks_per_node or args.np)
+        host, host_how = available(local)
     budget, how = {"host": host}, {"host": host_how}
     if args.backend == "cuda":
-        ranks = args.ranks_per_node or args.np
+        ranks = local
         budget["device"], how["device"] = device_budget(args.device_memory, DEVICE_DEFAULT, ranks)
     return budget, how
 

@@ -10,7 +10,7 @@ import os
 from ..errors import ResourceError
 from ..graph.dataset import FEATURELESS_IDENTITY_MAX, FEATURELESS_WIDTH
 from ..graph.facts import job_facts
-from ..job import Job
+from ..job import MAX_RANKS, Job, check_ranks
 from ..knobs import DEFAULTS
 from ..memory import HEADROOM, LIMIT_ENV, available, held_bytes, usable
 from ..precision import row_dtype
@@ -20,7 +20,40 @@ from .estimate import ACTIVATION_COPIES, PICKED_COPIES, Parts, check_estimate, c
 def model_params(model, in_dim: int, out_dim: int, hidden: int, layers: int, heads: int):
     """(parameters, the largest parameter's size) of the registry's ``model`` (a
     mgg.torch.models Spec) at these sizes, built on torch's meta device: nothing is
-    allocated."""
+    allocated. Remembered: a plan's fixes ask again at the same sizes."""
+    key = (model, in_dim, out_dim, hidden, layers, heads)
+    try:
+        return _PARAMS[key]
+    except TypeError:  # a spec that is not hashable
+        return _deep_params(*key)
+    except KeyError:
+        if len(_PARAMS) > 256:
+            _PARAMS.clear()
+        _PARAMS[key] = _deep_params(*key)
+        return _PARAMS[key]
+
+
+_PARAMS: dict = {}
+AFFINE_FROM = 4  # a model this deep or deeper is counted from three shallow copies
+
+
+def _deep_params(model, in_dim, out_dim, hidden, layers, heads):
+    """model_params of a deep model without building its every layer: where the counts
+    at AFFINE_FROM, +1 and +2 layers grow by the same step (the middle layers alike) and
+    the largest parameter stays, the count at ``layers`` follows that line; otherwise (a
+    model whose layers widen with depth) the whole model is built."""
+    if layers <= AFFINE_FROM + 2:
+        return _model_params(model, in_dim, out_dim, hidden, layers, heads)
+    three = [
+        _model_params(model, in_dim, out_dim, hidden, AFFINE_FROM + i, heads) for i in range(3)
+    ]
+    (a, big), (b, big1), (c, big2) = three
+    if b - a == c - b and big == big1 == big2:
+        return a + (layers - AFFINE_FROM) * (b - a), big
+    return _model_params(model, in_dim, out_dim, hidden, layers, heads)
+
+
+def _model_params(model, in_dim, out_dim, hidden, layers, heads):
     import inspect
 
     import torch
@@ -38,6 +71,7 @@ def job_estimate(ds, ranks: int, command: str, *, model=None, **kw) -> dict[str,
     parameters are counted at the input width the job gives it: F, or for a featureless
     graph one-hot ids or random features); ``kw``: hidden, layers, heads, optimizer, dim
     (None means the default)."""
+    check_ranks(ranks)
     kw = {k: v for k, v in kw.items() if v is not None}
     d = job_facts(ds)
     n, c = d["n"], d["classes"]
@@ -132,7 +166,7 @@ def rank_rows(num_nodes: int, ranks: int, bounds=None) -> list[int]:
 
 
 def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool = False,
-         bounds=None, model=None, suggest: bool = True, **kw) -> dict:  # fmt: skip
+         bounds=None, model=None, suggest: bool = True, budget_of=None, **kw) -> dict:  # fmt: skip
     """The memory plan of ``command`` on ``ds`` (a dataset, or its facts) over ``ranks``:
     per rank (``per_rank``: rank, rows, ``total_bytes`` and ``parts`` on the host, and with
     ``device`` the GPU's as ``device``: the host then holds the data and the plan, the GPU
@@ -145,7 +179,10 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     would not hold it keeps its dense features in host memory and streams them
     (``device["stream_rows"]``: the rows of a chunk, the most that fit: :func:`stream_rows`),
     and where that is not enough, or with ``offload``, its saved activations too
-    (``device["offload"]``; the host's part ``offloaded``)."""
+    (``device["offload"]``; the host's part ``offloaded``). ``budget_of``: the budget
+    of a job of P ranks (a --np fix's: ranks sharing a node share its memory), default
+    ``budget``. More than MAX_RANKS ranks are refused before any loop over them."""
+    check_ranks(ranks)
     d = job_facts(ds)
     cap = {k: usable(v) for k, v in budget.items()}
     kw.pop("rows", None)  # each rank's, from bounds
@@ -195,7 +232,9 @@ def plan(ds, ranks: int, command: str = "train", *, budget: dict, device: bool =
     out = {"command": command, "np": ranks, "budget": budget, "usable": cap, "headroom": HEADROOM}
     out.update(fits=fits, per_rank=per_rank)
     if suggest:
-        out["fixes"] = [] if fits else fixes(d, ranks, command, budget, model=model, **kw)
+        out["fixes"] = (
+            [] if fits else fixes(d, ranks, command, budget, model=model, budget_of=budget_of, **kw)
+        )
     return out
 
 
@@ -236,13 +275,15 @@ def _fits(per_rank: list, budget: dict) -> bool:
     )
 
 
-def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
+def fixes(ds, ranks: int, command: str, budget: dict, *, budget_of=None, **kw) -> list[str]:
     """The flags, each alone, that make the job fit ``budget`` (by :func:`plan`'s rule,
     HEADROOM kept: each planned again with its flag): bfloat16 rows, the output layer for
     the labeled rows only (a model whose last layer can: GCN, SAGE), fewer hidden units
     (halved, down to 8), one design checked at a time, or more ranks (up to 64x, when each
     has its own budget: a GPU each, or MGG_MEMORY_LIMIT); empty when none does. Not
-    --recompute: two layers peak in the backward pass with or without it (docs/data.md)."""
+    --recompute: two layers peak in the backward pass with or without it (docs/data.md).
+    ``budget_of(P)``: the budget each rank of a P-rank job has (default ``budget``), which
+    a --np fix is planned against; never more than MAX_RANKS ranks."""
     device = "device" in budget
     tries = []
     if (kw.get("dtype") or DEFAULTS.dtype) == "float32" and command != "partition":
@@ -264,13 +305,15 @@ def fixes(ds, ranks: int, command: str, budget: dict, **kw) -> list[str]:
         hidden //= 2
         tries.append((f"--hidden {hidden}", ranks, {"hidden": hidden}))
     if device or os.environ.get(LIMIT_ENV, "").strip():
-        tries += [(f"--np {ranks * k}", ranks * k, {}) for k in (2, 4, 8, 16, 32, 64)]
+        more = [ranks * k for k in (2, 4, 8, 16, 32, 64) if ranks * k <= MAX_RANKS]
+        tries += [(f"--np {p}", p, {}) for p in more]
     found, kinds = [], set()
     for flag, p, change in tries:
         kind = flag.split()[0]
         if kind in kinds:
             continue
-        trial = plan(ds, p, command, budget=budget, device=device, suggest=False, **kw | change)
+        has = budget if p == ranks or budget_of is None else budget_of(p)
+        trial = plan(ds, p, command, budget=has, device=device, suggest=False, **kw | change)
         if trial["fits"]:
             found.append(flag)
             kinds.add(kind)

@@ -23,6 +23,8 @@ from .core import Graph, index_dtype, inverse
 from .csr import build_csr, build_csr_emptying
 from .dataset import Dataset, make_split
 
+MAX_NODES = 2**62  # nodes or edges a generator may be asked for: an int64 id holds them
+
 __all__ = [
     "build_csr",
     "rmat",
@@ -534,7 +536,14 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
 
 
 def standin_size(spec: StandinSpec, scale: float) -> tuple[int, int, int]:
-    """(nodes, CSR entries, the entries before the cap) of a stand-in at ``scale``."""
+    """(nodes, CSR entries, the entries before the cap) of a stand-in at ``scale``;
+    InputError past MAX_NODES nodes or edges (no int64 id holds them: refused before any
+    arithmetic on them overflows)."""
+    if not spec.edges * scale < MAX_NODES:
+        raise InputError(
+            f"scale {scale:g}: a stand-in of {spec.nodes * scale:.3g} nodes and "
+            f"{spec.edges * scale:.3g} edges; mgg holds at most {MAX_NODES:,} (int64 ids)"
+        )
     n = max(2, round(spec.nodes * scale))
     wanted = round(spec.edges * scale)
     return n, min(wanted, standin_edge_cap(n)), wanted
