@@ -7,9 +7,10 @@ DistGraph ``g``. Row-wise work stays on the rank (elementwise ops, ``nn.Linear``
 
 - ``F.dropout``: mgg's rank-invariant dropout (P ranks draw one process's masks; the
   step advances at each backward, or at ``g.begin_step``);
-- ``F.cross_entropy``, ``F.nll_loss``, ``F.binary_cross_entropy_with_logits``,
-  ``F.mse_loss``, ``F.l1_loss``: the loss over every rank's rows (local sum / global
-  count: finite on a rank that holds none);
+- the losses (mgg.torch.reductions.LOSSES: ``F.cross_entropy``, ``F.nll_loss``,
+  ``F.mse_loss``, ... every loss of torch.nn.functional with a reduction but CTC's): the
+  loss over every rank's rows (local sum / global count: finite on a rank that holds
+  none);
 - the other reductions over the nodes (dim 0, or every dim): over every rank where
   mgg.torch.reductions's table covers them (sums, means, norms, logsumexp, extremes),
   else refused, never computed on this rank's rows alone.
