@@ -76,8 +76,15 @@ def main(args) -> int:
         raise InputError(f"--repeat {args.repeat} is more than --max-repeat {args.max_repeat}")
     if args.precision >= 1:
         raise InputError(f"--precision is a relative error below 1, got {args.precision}")
+    ds = open_dataset(args.graph, args.scale, args.seed)
+    if not backend.gpu:  # its sizes (--dim) against the plan before the first allocation:
+        from ..footprint import checked_estimate  # check's, one design (and its oracle: more)
+
+        order = "file" if args.order_file else knobs.order
+        job = dict(dim=args.dim, dtype=knobs.dtype, order=order, ops=(args.op,))
+        checked_estimate(ds, comm.size, "check", source=args.graph, backend="cpu", **job)
     res = tune(
-        open_dataset(args.graph, args.scale, args.seed),
+        ds,
         backend,
         comm,
         dim=args.dim,

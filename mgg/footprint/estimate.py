@@ -11,6 +11,8 @@ torch layers' (:func:`chunks`).
 
 from __future__ import annotations
 
+import functools
+
 from ..designs.cuda import sums_rows
 from ..errors import ResourceError
 from ..job import OPTIMIZERS, Job
@@ -70,6 +72,43 @@ CHECK_GATHERED_PER_EDGE = 34
 # op 'gcn' beside the others: per entry beyond its gcn_norm graph (CSR, weights, norm),
 # measured with every op (rmat scale 20, D = 16 and 64, P = 1, 2, 4)
 CHECK_GCN_PER_ENTRY = 8
+# numba's compilation: a job whose kernels numba's cache does not hold (compiled for the
+# source as it is now: the first run after an install or an edit, or a NUMBA_CACHE_DIR
+# not written yet) holds LLVM's compile memory too, kept by the allocator after it
+# (bench/memory_estimate.py --cold: a fresh NUMBA_CACHE_DIR per run, cold peak minus warm
+# peak, the largest of its cases)
+COMPILE = 200 * 2**20
+# the modules whose cached kernels every job runs (the graph's builders, the plan's, the
+# CPU aggregation's); one of them not in the cache: the job compiles (:func:`compiles`)
+KERNEL_MODULES = (
+    "mgg.graph.csr",
+    "mgg.graph.core",
+    "mgg.partition.plan",
+    "mgg.partition.edge_split",
+    "mgg.partition.neighbor_split",
+    "mgg.kernels.cpu",
+)
+
+
+@functools.cache
+def compiles() -> bool:
+    """Whether a job here compiles kernels first: some cached kernel of KERNEL_MODULES has
+    no entry in numba's cache index for its source as it is now (numba's own test: the
+    index's stamp; a kernel inlined where it is called has none). Kernels of one model or dtype alone (GAT's softmax, bfloat16's rows)
+    are not looked at; anything unexpected counts as compiling. Asked once per process
+    (its compiled kernels stay in its memory)."""
+    import importlib
+
+    try:
+        for name in KERNEL_MODULES:
+            for f in vars(importlib.import_module(name)).values():
+                index = getattr(getattr(f, "_cache", None), "_cache_file", None)
+                inlined = getattr(f, "targetoptions", {}).get("inline") == "always"
+                if index is not None and not inlined and not index._load_index():
+                    return True
+    except Exception:  # noqa: BLE001 - numba's internals changed: assume the worst
+        return True
+    return False
 
 
 def chunks():
@@ -127,6 +166,7 @@ def estimate(
     backend: str = Job.backend,
     designs: int = 1,
     ops: tuple = ("sum",),
+    compiling: bool | None = None,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -163,6 +203,8 @@ def estimate(
     ``output_rows`` 'labeled': the output layer computes those rows only (mgg.train.Trainer),
     holding ``picked_copies`` [rows, width] tensors over every row; ``offload_copies``: the
     [rows, hidden] tensors a device holds with ``offload`` (None: mgg.torch.chunks').
+    ``compiling``: the host compiles kernels first (part ``compile``, COMPILE; None:
+    :func:`compiles` says).
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -172,6 +214,9 @@ def estimate(
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
     base = CHECK_BASELINE if command == "check" else BASELINE
     part = Parts(baseline=base)
+    if device:
+        compiling = False  # the host's part (footprint.plan keeps it there)
+    part["compile"] = COMPILE if (compiles() if compiling is None else compiling) else 0
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
@@ -237,7 +282,7 @@ def estimate(
         run = held + max(part["oracle"], CHECK_ORACLE_AFTER * n * dim + part["windows"])
     elif command == "partition":
         run = part["dataset"] + part["plan"] + node_data
-    part["total"] = base + max(load, build, run) + part.get("make_split", 0)
+    part["total"] = base + part["compile"] + max(load, build, run) + part.get("make_split", 0)
     return part
 
 

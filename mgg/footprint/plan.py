@@ -154,8 +154,8 @@ def check_host(out: dict, source, what: str) -> Parts:
 
 # ---- the memory plan --------------------------------------------------------------------
 # a cuda rank's host (the last four: mgg check's)
-HOST_PARTS = ("baseline", "dataset", "plan", "order", "make_split", "rows", "gcn_graph", "oracle",
-              "oracle_graph")  # fmt: skip
+HOST_PARTS = ("baseline", "compile", "dataset", "plan", "order", "make_split", "rows",
+              "gcn_graph", "oracle", "oracle_graph")  # fmt: skip
 
 
 def rank_rows(num_nodes: int, ranks: int, bounds=None) -> list[int]:

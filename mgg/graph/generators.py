@@ -494,13 +494,13 @@ def standin(name: str, scale: float = 1.0, seed: int = 0, *, with_features: bool
     spec = _standin_spec(name)
     if not 0 < scale < math.inf:
         raise InputError(f"{name}:scale={scale}: the scale must be a finite number > 0")
+    n, edges, wanted = standin_size(spec, scale)  # past int64 ids: refused first
     require(
         csr_bytes(spec.nodes * scale, 0, build=False),
         f"{spec.nodes * scale:,.0f} nodes",
         f"{name}:scale={scale}",
         "choose a smaller scale",
     )
-    n, edges, wanted = standin_size(spec, scale)
     feats = spec.features if with_features else 0
     _require(f"{name}:scale={scale}", n, edges, feats)
     rewire = _Rewire.make(n, spec.classes, STANDIN_HOMOPHILY, seed)
