@@ -8,12 +8,19 @@ where present (featureless: one-hot node ids, so the first layer has nodes*hidde
 weights), and compares each rank's peak RSS (VmHWM) with ``memory_estimate_mb``. A run
 whose estimate exceeds --max-mb is skipped. Writes bench/results/memory_estimate.{json,md,png}.
 
+With ``--cold``, each run starts from an empty numba cache (a fresh NUMBA_CACHE_DIR:
+the job compiles its kernels, what its estimate's part ``compile`` counts) and runs again
+on the cache it filled (warm): cold peak minus warm peak is what compiling held, the
+source of footprint.estimate.COMPILE. Writes memory_estimate-cold.{json,md,png}; the
+ratio is estimate / the cold peak.
+
 With ``--command check``, the same for ``mgg check`` (rank 0 holds the scipy oracle) on an
 R-MAT graph (--check-graph): every design or one (pipelined), float32 or bfloat16, each op,
 a node order, over --ranks and --dims. Writes memory_estimate-check.{json,md,png}.
 
     python bench/memory_estimate.py [--hidden 16,256,1024,4096] [--models gcn,sage,gin,gat]
     python bench/memory_estimate.py --command check [--ranks 1,2,4] [--dims 16,64]
+    python bench/memory_estimate.py --cold --models gcn,gat --hidden 16,4096 --graphs planted
 """
 
 from __future__ import annotations
@@ -56,12 +63,19 @@ def estimate(spec: str, model: str, hidden: int, p: int) -> dict[str, float]:
     return {k: round(v / 2**20, 1) for k, v in parts.items()}
 
 
-def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int) -> dict:
+def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int, cold=False) -> dict:
     from mgg.footprint import model_params
     from mgg.torch import MODELS
 
-    res = mgg_json(p, "train", "--dataset", spec, "--model", model, "--hidden", hidden,
-                   "--epochs", epochs, env={"MGG_MEMORY_LIMIT": "1T"})  # fmt: skip
+    argv = ["train", "--dataset", spec, "--model", model, "--hidden", hidden, "--epochs", epochs]
+    env = {"MGG_MEMORY_LIMIT": "1T"}
+    warm = None
+    with tempfile.TemporaryDirectory(prefix="mgg-numba-") as cache:
+        if cold:  # an empty cache: this run compiles; the next one finds its kernels
+            env["NUMBA_CACHE_DIR"] = cache
+        res = mgg_json(p, *argv, env=env)
+        if cold:
+            warm = max(mgg_json(p, *argv, env=env)["peak_rss_mb"])
     peak = max(res["peak_rss_mb"])
     est = res["memory_estimate_mb"]
     m, cfg = MODELS[model], res["config"]
@@ -76,6 +90,7 @@ def run(name: str, spec: str, model: str, hidden: int, p: int, epochs: int) -> d
         "peak_rss_mb": res["peak_rss_mb"],
         "memory_estimate_mb": est,
         "ratio": est / peak,
+        **({"warm_peak_mb": warm, "compiled_mb": peak - warm} if cold else {}),
     }
 
 
@@ -172,6 +187,7 @@ def main() -> None:
     ap.add_argument("--floats", type=int, default=2**23, help="per [nodes, hidden*heads]")
     ap.add_argument("--max-nodes", type=int, default=100_000)
     ap.add_argument("--max-mb", type=float, default=4600, help="skip runs estimated above")
+    ap.add_argument("--cold", action="store_true", help="each run from an empty numba cache")
     args = ap.parse_args()
     os.environ.setdefault("MGG_MEMORY_LIMIT", "1T")  # this process only estimates
     if args.command == "check":
@@ -187,7 +203,8 @@ def main() -> None:
                     if parts["total"] > args.max_mb:
                         skipped.append(f"{model} {name} hidden {hidden} P={p}")
                         continue
-                    r = {**run(name, spec, model, hidden, p, args.epochs), "parts": parts}
+                    r = {**run(name, spec, model, hidden, p, args.epochs, args.cold),
+                         "parts": parts}  # fmt: skip
                     rows.append(r)
                     print(json.dumps(r), flush=True)
     heads = ["model", "graph", "nodes", "hidden", "parameters", "P",
@@ -207,10 +224,21 @@ def main() -> None:
         f"{args.epochs} epochs; planted: F=32, 8 classes; pubmed: one-hot ids, 3 classes. "
         f"Ratios {min(ratios):.2f} to {max(ratios):.2f}."
     )
+    name = "memory_estimate"
+    if args.cold:
+        name += "-cold"
+        heads.insert(7, "warm peak (MB)")
+        for row, r in zip(table, rows, strict=True):
+            row["warm peak (MB)"] = round(r["warm_peak_mb"])
+        held = [r["compiled_mb"] for r in rows]
+        notes += (
+            " Each run from an empty numba cache (its peak: the cold one), then again on the "
+            f"cache it filled (warm): compiling held {min(held):.0f} to {max(held):.0f} MB."
+        )
     if skipped:
         notes += f" Skipped (estimated over {args.max_mb:.0f} MB): {'; '.join(skipped)}."
-    write_results("memory_estimate", {"runs": rows, "args": vars(args)}, table, heads, notes)
-    plot_ratios(rows, "memory_estimate", "model", "graph", "hidden", "hidden", str.upper, "log")
+    write_results(name, {"runs": rows, "args": vars(args)}, table, heads, notes)
+    plot_ratios(rows, name, "model", "graph", "hidden", "hidden", str.upper, "log")
 
 
 if __name__ == "__main__":

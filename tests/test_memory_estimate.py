@@ -3,9 +3,10 @@ optimizer's state as the built model has them, and the activations, against the 
 (VmHWM) each rank then reaches; MGG_MEMORY_LIMIT refuses a job whose estimate exceeds it
 before the job allocates (bench/memory_estimate.py: hidden 16 to 4096, within 0.8-1.2).
 
-The estimate models a warm numba cache. On a cold one the first run of each model also holds
-LLVM's compile memory (100-300 MB measured, and kept by the allocator afterwards), so a
-separate job compiles and caches the kernels first."""
+The estimate counts numba's compile memory (part ``compile``: a cold cache's first run
+holds LLVM's memory, 171-177 MB measured on Cora, kept by the allocator afterwards) for
+every job, so a cold run stays within it too (tests/test_sizes.py runs one under a limit
+just above its estimate)."""
 
 import json
 
@@ -17,7 +18,7 @@ from mgg.cli import main
 from mgg.designs.cuda import sums_rows
 from mgg.errors import ResourceError
 from mgg.footprint import check_host, checked_estimate, estimate, job_estimate, plan
-from mgg.footprint.estimate import NORM_SAVES_PER_ENTRY
+from mgg.footprint.estimate import COMPILE, NORM_SAVES_PER_ENTRY
 from mgg.graph.facts import facts
 from mgg.graph.specs import resolve
 from mgg.memory import LIMIT_ENV, budget_for, format_bytes, peak_rss_mb, reset_peak_rss
@@ -171,12 +172,15 @@ def test_estimate_within_30_percent_of_the_peak_on_two_ranks():
     assert out.returncode == 0, out.stderr[-2000:]
     runs = [json.loads(ln) for ln in out.stdout.splitlines() if ln.startswith("{")]
     assert [(r["model"], r["num_nodes"], r["config"]["hidden"]) for r in runs] == list(RUNS)
+    jit = COMPILE / 2**20  # what a cold cache's compilation holds: counted, not held here
     for r in runs:
         est = r["memory_estimate_mb"]
         for peak in r["peak_rss_mb"]:
-            assert 0.7 * peak <= est <= 1.3 * peak, (r["model"], r["num_nodes"], est, peak)
+            assert 0.7 * peak <= est - jit <= 1.3 * peak, (r["model"], r["num_nodes"], est, peak)
+            assert est >= 0.9 * peak  # within its usable part: a limit above it bounds the peak
         assert r["peak_bytes"] >= max(r["peak_rss_mb"]) * 2**20 - 1  # the largest rank's
-        assert 0.7 * r["peak_bytes"] <= r["planned_bytes"] <= 1.3 * r["peak_bytes"]
+        planned = r["planned_bytes"] - COMPILE
+        assert 0.7 * r["peak_bytes"] <= planned <= 1.3 * r["peak_bytes"]
         for pss, peak in zip(r["pss_mb"], r["peak_rss_mb"], strict=True):
             assert 100 < pss <= peak, (pss, peak)  # shared pages in part, at the end
         for fit, peak in zip(r["fit_peak_rss_mb"], r["peak_rss_mb"], strict=True):
@@ -291,7 +295,8 @@ def test_checks_estimate_is_its_largest_ranks_peak_on_two_ranks():
     res = last_json(r.stdout)
     peaks, est = res["peak_rss_mb"], res["memory_estimate_mb"]
     assert len(peaks) == 2 and peaks[0] > peaks[1] + 100, peaks  # the oracle's rank
-    assert 0.8 * peaks[0] <= est <= 1.25 * peaks[0], (est, peaks)
+    assert 0.8 * peaks[0] <= est - COMPILE / 2**20 <= 1.25 * peaks[0], (est, peaks)
+    assert est >= 0.9 * peaks[0]  # within its usable part: a limit above it bounds the peak
 
 
 def test_check_refused_says_one_design_would_fit(monkeypatch, capsys):

@@ -11,8 +11,6 @@ torch layers' (:func:`chunks`).
 
 from __future__ import annotations
 
-import functools
-
 from ..designs.cuda import sums_rows
 from ..errors import ResourceError
 from ..job import OPTIMIZERS, Job
@@ -73,42 +71,15 @@ CHECK_GATHERED_PER_EDGE = 34
 # measured with every op (rmat scale 20, D = 16 and 64, P = 1, 2, 4)
 CHECK_GCN_PER_ENTRY = 8
 # numba's compilation: a job whose kernels numba's cache does not hold (compiled for the
-# source as it is now: the first run after an install or an edit, or a NUMBA_CACHE_DIR
-# not written yet) holds LLVM's compile memory too, kept by the allocator after it
-# (bench/memory_estimate.py --cold: a fresh NUMBA_CACHE_DIR per run, cold peak minus warm
-# peak, the largest of its cases)
+# source as it is now: the first run after an install or an edit, a dtype or model not run
+# before, a NUMBA_CACHE_DIR not written yet) holds LLVM's compile memory too, kept by the
+# allocator after it: cold peak minus warm peak 171 MB (Cora GCN), 177 MB (GAT)
+# (bench/memory_estimate.py --cold: a fresh NUMBA_CACHE_DIR per run). Counted for every
+# job, cached or not: whether each kernel of the job is cached for its types is not known
+# before it runs, and a warm run's widest layers hold up to 241 MB more than their parts
+# count (bench/memory_estimate.py: gat planted 500 x 4096, ratio 0.81 without it), so
+# that MGG_MEMORY_LIMIT bounds every measured peak (tests/test_sizes.py)
 COMPILE = 200 * 2**20
-# the modules whose cached kernels every job runs (the graph's builders, the plan's, the
-# CPU aggregation's); one of them not in the cache: the job compiles (:func:`compiles`)
-KERNEL_MODULES = (
-    "mgg.graph.csr",
-    "mgg.graph.core",
-    "mgg.partition.plan",
-    "mgg.partition.edge_split",
-    "mgg.partition.neighbor_split",
-    "mgg.kernels.cpu",
-)
-
-
-@functools.cache
-def compiles() -> bool:
-    """Whether a job here compiles kernels first: some cached kernel of KERNEL_MODULES has
-    no entry in numba's cache index for its source as it is now (numba's own test: the
-    index's stamp; a kernel inlined where it is called has none). Kernels of one model or dtype alone (GAT's softmax, bfloat16's rows)
-    are not looked at; anything unexpected counts as compiling. Asked once per process
-    (its compiled kernels stay in its memory)."""
-    import importlib
-
-    try:
-        for name in KERNEL_MODULES:
-            for f in vars(importlib.import_module(name)).values():
-                index = getattr(getattr(f, "_cache", None), "_cache_file", None)
-                inlined = getattr(f, "targetoptions", {}).get("inline") == "always"
-                if index is not None and not inlined and not index._load_index():
-                    return True
-    except Exception:  # noqa: BLE001 - numba's internals changed: assume the worst
-        return True
-    return False
 
 
 def chunks():
@@ -166,7 +137,7 @@ def estimate(
     backend: str = Job.backend,
     designs: int = 1,
     ops: tuple = ("sum",),
-    compiling: bool | None = None,
+    compiling: bool = True,
 ) -> dict[str, int]:
     """Peak resident bytes per rank of ``command`` ('train', 'check', 'partition') on a
     graph of N nodes and E CSR entries over ``ranks`` ranks, by part; ``"total"`` is
@@ -203,8 +174,7 @@ def estimate(
     ``output_rows`` 'labeled': the output layer computes those rows only (mgg.train.Trainer),
     holding ``picked_copies`` [rows, width] tensors over every row; ``offload_copies``: the
     [rows, hidden] tensors a device holds with ``offload`` (None: mgg.torch.chunks').
-    ``compiling``: the host compiles kernels first (part ``compile``, COMPILE; None:
-    :func:`compiles` says).
+    ``compiling``: the host may compile kernels (part ``compile``: COMPILE).
     """
     n, e, p = int(num_nodes), int(num_edges), max(1, int(ranks))
     f, c = int(features or 0), int(classes or 0)
@@ -214,9 +184,7 @@ def estimate(
     node_data = x + (n * c if multilabel else 8 * n) + 3 * n
     base = CHECK_BASELINE if command == "check" else BASELINE
     part = Parts(baseline=base)
-    if device:
-        compiling = False  # the host's part (footprint.plan keeps it there)
-    part["compile"] = COMPILE if (compiles() if compiling is None else compiling) else 0
+    part["compile"] = COMPILE if compiling else 0  # the host's (a GPU's plan: not there)
     entries = e + n  # gcn_norm adds a self loop per node
     directions = 1 if symmetric else 2
     plan = PLAN_PER_ENTRY * directions * (entries // p + rows)
