@@ -162,11 +162,15 @@ def atomic_write(*paths):
                 _fsync(folder)
     except BaseException as e:
         for tmp in tmps:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone, or never made (a read-only folder)
                 os.remove(tmp)
-        if isinstance(e, OSError) and e.filename in tmps:  # name the user's file
-            user = os.fspath(paths[tmps.index(e.filename)])
-            raise type(e)(e.errno, f"cannot write it: {e.strerror}", user) from e
+        if isinstance(e, OSError) and (e.filename in tmps or e.filename is None):
+            # name the user's file, not the temporary (or no file: a library's write)
+            user = ", ".join(map(os.fspath, paths))
+            if e.filename is not None:
+                user = os.fspath(paths[tmps.index(e.filename)])
+            why = e.strerror or os.strerror(e.errno) if e.errno else str(e)
+            raise OSError(e.errno, f"cannot write it: {why}", user) from e
         msg = str(e)
         if isinstance(e, MggError) and any(tmp in msg for tmp in tmps):
             for tmp, p in zip(tmps, paths, strict=True):
@@ -201,9 +205,26 @@ def atomic_folder(path, hint: str):
         os.rename(tmp, full)
         with contextlib.suppress(OSError):
             _fsync(os.fspath(full.parent))
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and not isinstance(e, FileExistsError):
+            named = _as_user(e.filename, tmp, path)
+            if named is not None:  # the path as the user wrote it, not the temporary
+                why = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
+                why = why if why.startswith("cannot write it") else f"cannot write it: {why}"
+                raise OSError(e.errno, why, named) from e
         raise
+
+
+def _as_user(filename, tmp: Path, path) -> str | None:
+    """``filename`` (an error's, inside the temporary folder ``tmp``, or None) as the same
+    file under ``path``; None when it names something else."""
+    if filename is None:
+        return os.fspath(path)
+    name, tmp = os.fspath(filename), os.fspath(tmp)
+    if name == tmp or name.startswith(tmp + os.sep):
+        return os.fspath(path) + name[len(tmp) :]
+    return None
 
 
 class PathError(MggError, ValueError):
@@ -249,19 +270,18 @@ def _clash(a, path_a, b, path_b, same: bool) -> None:
 
 
 def _check_parent(full: Path, path: str) -> None:
-    """OSError naming ``path`` when its nearest existing folder is a file or is not
-    writable (the output could not be made there, after the work)."""
+    """OSError naming ``path`` when it, or the nearest folder above it that exists, is a
+    file or is not writable (the output could not be made there, after the work)."""
     up = full
     while not os.path.lexists(up) and up.parent != up:
         up = up.parent
-    if up == full and os.path.isdir(up):
-        return  # an existing folder (--log-dir, --checkpoint-dir); --save/--out: check_new
-    if up == full:
-        up = up.parent
+    if up == full and not os.path.isdir(up):
+        up = up.parent  # a file: --save/--out refuse it (check_new), else it is named later
     if not os.path.isdir(up):
         raise NotADirectoryError(20, f"cannot write it: {up} is a file, not a folder", path)
     if not os.access(up, os.W_OK | os.X_OK):
-        raise PermissionError(13, f"cannot write it: {up} is not writable", path)
+        where = "the folder is" if up == full else f"{up} is"
+        raise PermissionError(13, f"cannot write it: {where} not writable", path)
 
 
 def check_new(path, hint: str) -> None:

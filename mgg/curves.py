@@ -13,6 +13,7 @@ Layout of a log folder (``mgg train --log-dir DIR``)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -71,30 +72,47 @@ class RunLog:
         not read yet (mgg.train.Trainer.read_losses)."""
         while self.done < len(history) and history[self.done].get("loss") is not None:
             rec = history[self.done]
-            self.file.write(self._line(rec))
+            with naming(self.path):
+                self.file.write(self._line(rec))
             if self.writer is not None:
                 step = rec["epoch"]
-                self.writer.add_scalar("loss/train", rec["loss"], step)
-                self.writer.add_scalar("seconds/step", rec["seconds"], step)
-                for s in SPLITS:
-                    if rec.get(f"{s}_acc") is not None:
-                        self.writer.add_scalar(f"{self.metric}/{s}", rec[f"{s}_acc"], step)
-        self.file.flush()
+                with naming(self.path.parent / "events.out.tfevents.*"):
+                    self.writer.add_scalar("loss/train", rec["loss"], step)
+                    self.writer.add_scalar("seconds/step", rec["seconds"], step)
+                    for s in SPLITS:
+                        if rec.get(f"{s}_acc") is not None:
+                            self.writer.add_scalar(f"{self.metric}/{s}", rec[f"{s}_acc"], step)
+        with naming(self.path):
+            self.file.flush()
 
     def close(self, selected: int | None = None) -> Path | None:
         """Close the files and draw the PNG of every epoch in metrics.jsonl (``selected``:
         the epoch marked as the one kept); returns its path (None without matplotlib)."""
         if self.file.closed:
             return self.png
-        self.file.close()
+        with naming(self.path):
+            self.file.close()
         if self.writer is not None:
-            self.writer.close()
+            with naming(self.path.parent / "events.out.tfevents.*"):
+                self.writer.close()
         rows = [json.loads(line) for line in self.path.read_text().splitlines() if line]
         try:
             plot(rows, self.png, self.metric, selected)
         except ImportError:
             return None
         return self.png
+
+
+@contextlib.contextmanager
+def naming(path):
+    """An OSError that names no file (a full disk under a buffered write) named as
+    ``path``, the file being written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or not e.errno:
+            raise
+        raise OSError(e.errno, f"cannot write it: {e.strerror}", str(path)) from None
 
 
 def plot(rows: list[dict], path, metric: str = "accuracy", selected: int | None = None) -> None:

@@ -275,3 +275,76 @@ def test_a_read_only_folder_is_named_as_the_user_wrote_it(tmp_path, graph, capsy
         f"mgg partition: error: {out}: cannot write it: Read-only file system",
         f"mgg partition: error: {out}: cannot write it: Permission denied",
     ), err
+
+
+# ---- the other writers: a full disk, a read-only folder, named as the user wrote them ----
+@pytest.fixture(scope="module")
+def saved_model(tmp_path_factory):
+    """A small model of ``SMALL`` (mgg train --save) for predict and embed."""
+    model = tmp_path_factory.mktemp("model") / "m"
+    assert main(["train", "--dataset", SMALL, "--epochs", "1", "--save", str(model)]) == 0
+    return model
+
+
+SMALL = "planted:nodes=1000,classes=4,features=16"
+
+
+def test_every_writer_names_the_user_s_path_on_a_full_disk(tmp_path, saved_model, capsys):
+    """A 4 KiB disk under each writer: torch's "unexpected pos N vs M" (--save), a
+    library's write without a file name (metrics.jsonl, curves.png, convert's .npz) and
+    a SIGBUS in a memory-mapped store (predict, embed: now allocated before they are
+    mapped) each were what a full disk gave; now one line names the file under the
+    user's path, and nothing temporary is left."""
+    disk = tmp_path / "small"
+    _mount_tmpfs(disk, "size=4k")
+    d = re.escape(str(disk))
+    try:
+        train = ["train", "--dataset", SMALL, "--epochs", "1"]
+        infer = ["--model", saved_model, "--dataset", SMALL, "--out", disk / "p"]
+        cases = [
+            ([*train, "--save", disk / "m"], f"{d}/m/model.(pt|json)"),
+            ([*train, "--log-dir", disk / "log"], f"{d}/log/(metrics.jsonl|curves.png)"),
+            (["convert", SMALL, disk / "c.npz"], f"{d}/c.npz"),
+            (["predict", *infer], f"{d}/p/pred.npy"),
+            (["embed", *infer], f"{d}/p/emb.npy"),
+        ]
+        for argv, named in cases:
+            code, err = _cli(capsys, *argv)
+            line = (err.strip().splitlines() or [""])[-1]
+            assert code == 2 and re.fullmatch(
+                f"mgg \\w+: error: {named}: cannot write it: No space left on device", line
+            ), (argv, err)
+            left = [p.name for p in disk.rglob("*")]
+            assert not [p for p in left if is_temporary(p) or p.endswith(".npy")], left
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_every_writer_names_the_user_s_path_in_a_read_only_folder(tmp_path, graph, capsys):
+    """Removing a temporary that was never made raised EROFS, which named the temporary."""
+    ro = tmp_path / "ro"
+    if os.geteuid() == 0:
+        _mount_tmpfs(ro, "ro,size=64k")
+    else:
+        ro.mkdir()
+        ro.chmod(0o555)
+    train = ["train", "--dataset", SMALL, "--epochs", "1"]
+    cases = [
+        ([*train, "--log-dir", ro], f"{ro}: cannot write it: the folder is not writable"),
+        ([*train, "--save", ro / "m"], f"{ro}/m: cannot write it: {ro} is not writable"),
+        (["convert", graph, ro / "c.npz"], f"{ro}/c.npz: cannot write it: "),
+        (
+            ["partition", graph, "--np", "2", "--order", "rcm", "--save-order", ro / "o.npy"],
+            f"{ro}/o.npy: cannot write it: ",
+        ),  # fmt: skip
+    ]
+    try:
+        for argv, message in cases:
+            code, err = _cli(capsys, *argv)
+            line = (err.strip().splitlines() or [""])[-1]
+            assert code == 2 and message in line and ".tmp-" not in err, (argv, err)
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["umount", "-l", str(ro)], check=False)
+        else:
+            ro.chmod(0o755)

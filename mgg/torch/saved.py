@@ -63,13 +63,21 @@ def _write(folder: Path, model, info: dict) -> None:
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     with atomic_folder(folder, HINT) as tmp:
         try:
-            with open(tmp / WEIGHTS, "wb") as f:
-                torch.save(state, f)
+            try:
+                with open(tmp / WEIGHTS, "wb") as f:
+                    torch.save(state, f)
+            except RuntimeError as e:  # torch's writer says only "unexpected pos N vs M"
+                if not isinstance(e.__context__, OSError):  # what f.write raised in torch
+                    raise
+                raise OSError(e.__context__.errno, e.__context__.strerror, f.name) from None
             meta = {"format": FORMAT, "version": VERSION, "config": config, **info}
             meta["files"] = {WEIGHTS: _file_facts(tmp / WEIGHTS)}
             meta = json.loads(json.dumps(meta))  # as a reader will see it
             meta["digest"] = _digest(meta)
-            (tmp / INFO).write_text(json.dumps(meta, indent=1))
+            try:
+                (tmp / INFO).write_text(json.dumps(meta, indent=1))
+            except OSError as e:  # a failed write (not open) names no file
+                raise OSError(e.errno, e.strerror, e.filename or str(tmp / INFO)) from None
         except OSError as e:
             name = Path(e.filename).name if e.filename else ""
             raise OSError(e.errno, f"cannot write it: {e.strerror}", str(folder / name)) from None
