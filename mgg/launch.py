@@ -21,10 +21,17 @@ goes to the local ranks as SIGINT (to the processes each rank started); so does 
 or SIGHUP when every rank runs mgg, told from what the ranks run however COMMAND spells it
 (``mgg``, a path to it, ``python -m mgg``, a wrapper script): then only mgg's processes
 get it, they exit without a traceback, and mggrun prints the one line ``mgg CMD:
-interrupted`` (``terminated``, ``hung up``). A job a signal stopped exits 128 + its number
-(130, 143, 129). A second signal, one when no local rank is found, or a first SIGTERM or
-SIGHUP to ranks that do not run mgg goes to mpiexec as SIGTERM, and so does the first if
-the job still runs 10 s later.
+interrupted`` (``terminated``, ``hung up``). Every other signal that would end mggrun
+(SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGXCPU, SIGXFSZ, ...: ``ENDING``) ends the job as
+SIGTERM does, the line ``mgg CMD: stopped by SIGUSR1``; with ranks that do not run mgg
+the line is mggrun's (``mggrun: terminated``). A job a signal stopped exits 128 + its
+number (130, 143, 129, 138, ...). A second signal, one when no local rank is found, or a
+first signal but SIGINT to ranks that do not run mgg goes to mpiexec as SIGTERM, and so
+does the first if the job still runs 10 s later.
+
+Limits: under a file-size limit (``ulimit -f``) below 8 MiB mggrun refuses to start, in
+one line naming the limit: MPI_Init writes files of about 4.1 MiB, and every rank would
+die there with MPICH's stack.
 
 Leftovers: before and after each job mggrun removes the MPICH shared-memory files
 (/dev/shm/mpich_*) of this user that no live process maps or holds open: what a killed or
@@ -49,7 +56,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .process import launcher_int, local_size
+from .process import file_size_refusal, launcher_int, local_size
 
 SHIM = "--mgg-rank-shim"
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -59,6 +66,25 @@ SHM_DIR = Path("/dev/shm")
 SHM_PREFIXES = ("mpich_shm_", "mpich_vci_", "mpich_shar_tmp")
 STALE_AFTER_S = 2.0  # a file this young may be a starting job's, not yet mapped
 STOPPED = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
+# every signal that ends a process by default and that a user, a scheduler (Slurm's
+# --signal, a batch system's warning) or the kernel may send mggrun: each ends the job as
+# SIGTERM does, with one line naming it and exit 128 + its number (SIGPIPE excepted:
+# Python ignores it, a write to a closed pipe fails)
+ENDING = tuple(
+    getattr(signal, name)
+    for name in (
+        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM",
+        "SIGVTALRM", "SIGPROF", "SIGXCPU", "SIGXFSZ", "SIGPWR", "SIGSTKFLT", "SIGIO",
+    )
+    if hasattr(signal, name)
+)  # fmt: skip
+
+
+def stopped(signum: int) -> str:
+    """The word for a job a signal ended: 'terminated', ..., else 'stopped by SIGUSR1'."""
+    return STOPPED.get(signum) or f"stopped by {signal.Signals(signum).name}"
+
+
 ESCALATE_AFTER_S = 10.0  # after a forwarded SIGINT, SIGTERM the job if it still runs
 NO_XMLFILE = "/dev/null/mggrun-no-topology-file"  # HWLOC_XMLFILE: hydra writes no /tmp file
 MGG_MODULES = ("mgg", "mgg.__main__", "mgg.cli")
@@ -327,8 +353,7 @@ def run_job(full: list[str], env=None) -> int:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(sig)
 
-    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, forward) for s in watched}
+    previous = {s: signal.signal(s, forward) for s in ENDING}
     try:
         escalated = False
         while True:
@@ -347,16 +372,16 @@ def run_job(full: list[str], env=None) -> int:
     reap_shm(wait=True)
     signum = state["stopped_by"]
     if signum and code != 0:
-        if state["label"]:
-            print(f"{state['label']}: {STOPPED.get(signum, 'stopped')}", file=sys.stderr)
+        print(f"{state['label'] or 'mggrun'}: {stopped(signum)}", file=sys.stderr)
         return 128 + signum  # mpiexec reports whichever rank ended first: some die by SIGKILL
     return code if code >= 0 else 128 - code
 
 
 def supervise(full: list[str], env=None) -> int:
     """``run_job`` in a child of mggrun, in its own session, that outlives mggrun: mggrun
-    forwards SIGINT, SIGTERM and SIGHUP to it and exits with its code, and a SIGKILL of
-    mggrun reaches it as a SIGTERM, so the job still ends as after one and leaves nothing."""
+    forwards the signals that would end it (``ENDING``) to it and exits with its code, and
+    a SIGKILL of mggrun reaches it as a SIGTERM, so the job still ends as after one and
+    leaves nothing."""
     parent = os.getpid()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -380,8 +405,7 @@ def supervise(full: list[str], env=None) -> int:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signum)
 
-    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, forward) for s in watched}
+    previous = {s: signal.signal(s, forward) for s in ENDING}
     try:
         _, status = os.waitpid(child, 0)
     finally:
@@ -418,6 +442,10 @@ def main(argv=None) -> int:
         if not isinstance(e.code, str):
             raise
         print(e.code, file=sys.stderr)
+        return 2
+    refusal = file_size_refusal()
+    if refusal:  # before mpiexec, whose ranks would die in MPI_Init with MPICH's stack
+        print(f"mggrun: {refusal}", file=sys.stderr)
         return 2
     env = dict(os.environ, HWLOC_XMLFILE=os.environ.get("HWLOC_XMLFILE", NO_XMLFILE))
     if np_asked is not None:

@@ -201,3 +201,39 @@ def _lock_compiles(path: str) -> None:
 
     compile._mgg_serial = True
     Dispatcher.compile = compile
+
+
+# MPICH's start-up (MPI_Init: UCX's shared-memory segment) writes files of about 4.1 MiB;
+# under a smaller file-size limit every rank dies there with MPICH's raw stack. 8 MiB
+# leaves room.
+MPI_FILE_BYTES = 8 << 20
+
+
+def file_size_refusal() -> str | None:
+    """Why MPI cannot start under this process's file-size limit (RLIMIT_FSIZE, `ulimit
+    -f`), in one line naming the limit, the size needed and the remedy; None when it can.
+    The limit is left as the user set it."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft == resource.RLIM_INFINITY or soft >= MPI_FILE_BYTES:
+        return None
+    need = MPI_FILE_BYTES >> 10
+    raise_it = (
+        f"raise it (ulimit -f {need}, or ulimit -f unlimited)"
+        if hard == resource.RLIM_INFINITY or hard >= MPI_FILE_BYTES
+        else f"its hard limit is {hard >> 10} KiB: ask for a larger one"
+    )
+    return (
+        f"the file-size limit (ulimit -f) is {soft >> 10} KiB, and MPI's start-up writes "
+        f"files of about 4.1 MiB (every rank would die in MPI_Init): it needs {need} KiB; "
+        + raise_it
+    )
+
+
+def file_size_limit() -> str:
+    """The file-size limit as a user sets it (`ulimit -f`, KiB), for an error's text."""
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return "unlimited" if soft == resource.RLIM_INFINITY else f"{soft >> 10} KiB"

@@ -335,6 +335,8 @@ ENDINGS = {
     "sigterm": (143, ["mgg train: terminated"]),
     "sigint": (130, ["mgg train: interrupted"]),
     "sighup": (129, ["mgg train: hung up"]),
+    "sigquit": (131, ["mgg train: stopped by SIGQUIT"]),  # ended silently, not 128 + N
+    "sigusr1": (138, ["mgg train: stopped by SIGUSR1"]),
     "sigkill-rank": (None, None),
     "sigkill-mggrun": (-signal.SIGKILL, None),
 }
@@ -462,3 +464,57 @@ def test_ctrl_c_in_mgg_is_one_line_without_a_traceback(monkeypatch, capsys):
         assert capsys.readouterr().err == ""
     finally:
         signal.signal(signal.SIGINT, handler)
+
+
+@needs_linux
+def test_any_ending_signal_to_mggrun_of_ranks_that_are_not_mgg_is_one_line(tmp_path):
+    """Every signal that would end mggrun (launch.ENDING) ends the job: with ranks that
+    do not run mgg, the line is mggrun's, and the code 128 + the signal."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(MPI4PY_JOB))
+    job = Job(2, "python", script, tmp_path / "never")
+    job.wait_for(lambda: len(job.ranks) == 2 and any(job.seen.values()))
+    job.proc.send_signal(signal.SIGUSR2)
+    _, err = job.finish(timeout=60)
+    assert _ended(job) == []
+    assert job.proc.returncode == 128 + signal.SIGUSR2, err[-2000:]
+    assert err.strip().splitlines()[-1] == "mggrun: stopped by SIGUSR2", err[-2000:]
+    assert _left_over(job) == []
+
+
+def test_a_file_size_limit_mpi_cannot_start_under_is_refused_in_one_line(tmp_path):
+    """`ulimit -f 1000`: every rank died in MPI_Init with MPICH's stack; now mggrun and
+    mgg refuse before MPI starts, naming the limit, the size needed and `ulimit -f`."""
+    import resource
+
+    def limited():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1000 << 10, resource.RLIM_INFINITY))
+
+    env = dict(os.environ, MGG_PROGRESS="0")
+    train = ["mgg", "train", "--dataset", "planted:nodes=100,classes=2", "--epochs", "1"]
+    for argv, who in (
+        ([sys.executable, str(ROOT / "launch" / "mggrun"), "-np", "2", *train], "mggrun: "),
+        ([sys.executable, "-m", *train], "mgg train: error: "),
+    ):
+        r = subprocess.run(
+            argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+            preexec_fn=limited,
+        )  # fmt: skip
+        assert r.returncode == 2, r.stderr[-2000:]
+        assert r.stderr.strip().splitlines() == [
+            f"{who}the file-size limit (ulimit -f) is 1000 KiB, and MPI's start-up writes "
+            "files of about 4.1 MiB (every rank would die in MPI_Init): it needs 8192 KiB; "
+            "raise it (ulimit -f 8192, or ulimit -f unlimited)"
+        ], r.stderr[-2000:]
+    # a write past the limit during a run: the file and the limit named (no SIGXFSZ death)
+    r = subprocess.run(
+        [sys.executable, "-m", "mgg", "convert", "planted:nodes=20000,classes=2", "big.npz"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        preexec_fn=limited,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert r.stderr.strip().splitlines() == [
+        "mgg convert: error: big.npz: cannot write it: File too large (the file-size limit, "
+        "ulimit -f, is 1000 KiB)"
+    ]
+    assert os.listdir(tmp_path) == []

@@ -11,6 +11,8 @@ a failing rank takes the whole job down.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
 import sys
 import time
@@ -31,12 +33,29 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# the commands that bring MPI up (backend.comm), which cannot start under a small
+# file-size limit
+MPI_COMMANDS = ("partition", "check", "tune", "train", "predict", "embed", "demo")
+
+
 def main(argv=None) -> int:
+    import signal
+
+    from ..process import file_size_refusal
+
     p = parser()
     args = p.parse_args(argv)
     if not getattr(args, "func", None):
         p.print_help()
         return 2
+    refusal = args.command in MPI_COMMANDS and file_size_refusal()
+    if refusal:  # before MPI_Init, which would die with MPICH's stack
+        if int(os.environ.get("PMI_RANK") or 0) == 0:  # one line from a plain mpiexec
+            print(f"mgg {args.command}: error: {refusal}", file=sys.stderr)
+        return 2
+    with contextlib.suppress(ValueError, AttributeError):  # not the main thread; no SIGXFSZ
+        # a write past the file-size limit fails (EFBIG, named below), not kills the rank
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     return run(args)
 
 
@@ -58,6 +77,10 @@ def run(args) -> int:
         return _interrupted(args.command)
     except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
         msg = one_line(e)
+        if isinstance(e, OSError) and e.errno == errno.EFBIG:
+            from ..process import file_size_limit
+
+            msg += f" (the file-size limit, ulimit -f, is {file_size_limit()})"
         if isinstance(e, GraphError) and INPUTS and INPUTS[-1] not in msg:
             msg = f"{INPUTS[-1]}: {msg}"  # found past the reader: name the input anyway
     except ModuleNotFoundError as e:
