@@ -1,7 +1,8 @@
 """Writing files so that a reader never sees half of one: ``atomic_write`` (tmp + fsync +
 rename, mgg's one atomic writer), the temporary names every writer uses (``temp_path``;
 ``sweep`` removes those whose writer died), locks that keep one job per output
-(``hold``), and the folders outputs go to. Imported by graph, partition, checkpoint,
+(``hold``), the registry of a job's temporaries that mggrun sweeps (``REGISTRY``), and
+the folders outputs go to. Imported by graph, partition, checkpoint,
 the tuner and the harness."""
 
 from __future__ import annotations
@@ -28,12 +29,49 @@ def _host_id() -> str:
     return hashlib.blake2b(socket.gethostname().encode(), digest_size=4).hexdigest()
 
 
+# mggrun names a folder of its job's temporaries here: each process that names one writes
+# its path into the file named by its pid, and mggrun removes those of dead writers at
+# the job's end (a rank's SIGKILL leaves them; see sweep_registered)
+REGISTRY = "MGG_TEMPORARIES"
+
+
 def temp_path(path) -> Path:
     """A temporary name beside ``path`` (same folder, so a rename commits it) that names
     this host and process, so a later run can tell a dead writer's leftovers
-    (``stale``) from a live writer's."""
+    (``stale``) from a live writer's; under mggrun, recorded in the job's registry."""
     path = Path(path)
-    return path.parent / f"{TMP}{_host_id()}-{os.getpid()}-{secrets.token_hex(4)}-{path.name}"
+    tmp = path.parent / f"{TMP}{_host_id()}-{os.getpid()}-{secrets.token_hex(4)}-{path.name}"
+    registry = os.environ.get(REGISTRY)
+    if registry:
+        with contextlib.suppress(OSError):  # another node's rank: no such folder there
+            with open(os.path.join(registry, str(os.getpid())), "a") as f:
+                f.write(os.path.abspath(tmp) + "\n")
+    return tmp
+
+
+def sweep_registered(registry) -> list[Path]:
+    """Remove the temporaries listed in the folder ``registry`` (``REGISTRY``) that are
+    still there and whose writer, a process of this host, no longer runs; then the
+    folder. Only names that ``temp_path`` makes are touched. Returns what was removed."""
+    registry, here, gone = Path(registry), _host_id(), []
+    with contextlib.suppress(OSError):
+        for f in registry.iterdir():
+            with contextlib.suppress(OSError):
+                for line in f.read_text().splitlines():
+                    p = Path(line)
+                    m = _TEMP.match(p.name)
+                    if not (m and m.group(1) == here and os.path.lexists(p)):
+                        continue
+                    if _alive(int(m.group(2))):
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        if p.is_dir() and not p.is_symlink():
+                            shutil.rmtree(p)
+                        else:
+                            p.unlink()
+                        gone.append(p)
+    shutil.rmtree(registry, ignore_errors=True)
+    return gone
 
 
 def is_temporary(path) -> bool:

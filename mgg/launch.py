@@ -29,6 +29,11 @@ number (130, 143, 129, 138, ...). A second signal, one when no local rank is fou
 first signal but SIGINT to ranks that do not run mgg goes to mpiexec as SIGTERM, and so
 does the first if the job still runs 10 s later.
 
+Temporaries: every temporary a process of the job names beside an output
+(mgg.atomic.temp_path) is recorded in a folder of mggrun's (``MGG_TEMPORARIES``, under
+the temp dir); at the job's end mggrun removes those still there whose writer is dead
+(a rank's SIGKILL leaves a half-written file or folder; this node's only).
+
 Limits: under a file-size limit (``ulimit -f``) below 8 MiB mggrun refuses to start, in
 one line naming the limit: MPI_Init writes files of about 4.1 MiB, and every rank would
 die there with MPICH's stack.
@@ -52,10 +57,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
 
+from .atomic import REGISTRY, sweep_registered
 from .process import file_size_refusal, launcher_int, local_size
 
 SHIM = "--mgg-rank-shim"
@@ -332,7 +339,13 @@ def run_job(full: list[str], env=None) -> int:
     """Run mpiexec as a child in its own session (so a terminal's Ctrl-C reaches only
     mggrun), forward signals, and remove the shared memory the job left; its exit code."""
     reap_shm()
-    proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent, env=env)
+    registry = tempfile.mkdtemp(prefix=f"mggrun-{os.getpid()}-temporaries-")
+    env = {**(os.environ if env is None else env), REGISTRY: registry}
+    try:
+        proc = subprocess.Popen(full, start_new_session=True, preexec_fn=_die_with_parent, env=env)
+    except BaseException:
+        shutil.rmtree(registry, ignore_errors=True)
+        raise
     state = {"stopped_by": None, "since": None, "label": None}
 
     def forward(signum, frame):
@@ -370,6 +383,7 @@ def run_job(full: list[str], env=None) -> int:
         for s, h in previous.items():
             signal.signal(s, h)
     reap_shm(wait=True)
+    sweep_registered(registry)  # the temporaries of killed writers (a rank's SIGKILL)
     signum = state["stopped_by"]
     if signum and code != 0:
         print(f"{state['label'] or 'mggrun'}: {stopped(signum)}", file=sys.stderr)

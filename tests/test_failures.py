@@ -518,3 +518,53 @@ def test_a_file_size_limit_mpi_cannot_start_under_is_refused_in_one_line(tmp_pat
         "ulimit -f, is 1000 KiB)"
     ]
     assert os.listdir(tmp_path) == []
+
+
+def test_the_registry_sweeps_dead_writers_temporaries_only(tmp_path, monkeypatch):
+    """mgg.atomic.temp_path records each temporary in mggrun's registry; at the job's end
+    sweep_registered removes those a dead process of this host left, and nothing else."""
+    from mgg import atomic
+
+    registry = tmp_path / "registry"
+    registry.mkdir()
+    monkeypatch.setenv(atomic.REGISTRY, str(registry))
+    mine = atomic.temp_path(tmp_path / "out")  # a live writer's (this process)
+    mine.mkdir()
+    dead = subprocess.run(
+        [sys.executable, "-c", "from mgg.atomic import temp_path; print(temp_path('f.npy'))"],
+        capture_output=True, text=True, cwd=tmp_path, check=True,
+    ).stdout.strip()  # fmt: skip
+    (tmp_path / dead).write_bytes(b"half")
+    kept = tmp_path / "plain.npy"  # listed, but no temporary's name: never touched
+    kept.write_bytes(b"x")
+    with open(registry / "1", "a") as f:
+        f.write(f"{kept}\n{tmp_path / 'gone.npy'}\n")
+    assert atomic.sweep_registered(registry) == [tmp_path / dead]
+    assert mine.exists() and kept.exists() and not registry.exists()
+
+
+@needs_linux
+def test_a_rank_killed_mid_write_leaves_no_temporary(tmp_path):
+    """A SIGKILL of the rank writing `mgg predict --out`'s folder (held there by the
+    test-only stall) left its temporary folder until the next writer swept it; mggrun now
+    removes it when the job ends."""
+    from mgg.cli import main
+
+    data = "planted:nodes=2000,classes=4"
+    model = tmp_path / "m"
+    assert main(["train", "--dataset", data, "--epochs", "1", "--save", str(model)]) == 0
+    out = tmp_path / "out" / "p"
+    job = Job(2, "mgg", "predict", "--model", model, "--dataset", data, "--out", out,
+              env={"MGG_TEST_STALL_OUTPUT": "p"})  # fmt: skip
+
+    def temporary():
+        return [p for p in out.parent.glob(".tmp-*") if (p / "pred.npy").exists()]
+
+    job.wait_for(lambda: len(job.ranks) == 2 and temporary())
+    writer = int(temporary()[0].name.split("-")[2])
+    assert writer in job.ranks.values()
+    os.kill(writer, signal.SIGKILL)
+    job.finish(timeout=60)
+    assert _ended(job) == []
+    assert job.proc.returncode != 0
+    assert list(out.parent.iterdir()) == []
