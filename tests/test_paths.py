@@ -103,3 +103,7 @@ def test_clashing_outputs_end_a_two_rank_job_in_one_line(tmp_path):
         "--log-dir a path of its own"
     ], r.stderr
     assert not d.exists()
+
+
+def test_convert_to_an_empty_path_is_refused_naming_it(capsys):
+    refused(capsys, ["convert", "planted:nodes=50,classes=2", ""], "the output '': an empty path")

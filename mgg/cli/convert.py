@@ -33,6 +33,8 @@ def main(args) -> int:
     from ..partition.shards import ShardedDataset, is_sharded
 
     INPUTS.append(args.input)
+    if not args.output.strip():
+        raise InputError(f"the output {args.output!r}: an empty path: name a file")
     check_folder(args.output)
     write_format(args.output)  # before reading the input
     if is_sharded(args.input):
