@@ -153,12 +153,12 @@ def sddmm(indptr, indices, a, b, heads: int):
     b [R, H·C] float32, or both bf16 (summed in float32) — as cpu_nn.sddmm."""
     import cupy
 
-    check.csr_rows(indptr, indices, a, b, heads)
     out = cupy.empty((indices.size, heads), cupy.float32)
     if a.shape[1] % heads:
         raise ValueError(f"{heads} heads do not divide the width {a.shape[1]}")
-    if out.size == 0:
+    if out.size == 0:  # no edge: b is not read (may be None)
         return out
+    check.csr_rows(indptr, indices, a, b, heads)
     bf16 = holds_bf16(a)
     if holds_bf16(b) != bf16:
         raise ValueError(f"a holds {a.dtype} rows but b {b.dtype}: give both in one dtype")
