@@ -239,15 +239,37 @@ def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
-            dtype, count = _npy_array(f, path, num_nodes)
-            perm = np.fromfile(f, dtype=dtype, count=count)
+            dtype, count = _npy_array(f, path)
+            offset = f.tell()
+            f.seek(offset + count * dtype.itemsize)
             tail = f.read(4096)
+            facts = _check_record(path, tail, fingerprint)  # another graph's: named so
+            if count != num_nodes:
+                raise OrderError(
+                    f"{path}: {count:,} entries, but the graph has {num_nodes:,} nodes: an "
+                    "order of another graph"
+                )
+            f.seek(offset)
+            perm = np.fromfile(f, dtype=dtype, count=count)
+    except OrderError:
+        raise
     except FileNotFoundError:
         raise OrderError(f"{path}: no such order file") from None
     except IsADirectoryError:
         raise OrderError(f"{path}: a folder, not a .npy order file ({SAVE_ORDER})") from None
     except (OSError, ValueError, EOFError) as e:
         raise OrderError(f"{path}: not a .npy order file ({e})") from None
+    t0 = time.perf_counter()
+    perm = check_perm(perm, num_nodes, path)
+    return Order(str(facts.get("order") or "file"), perm, time.perf_counter() - t0, path)
+
+
+SAVE_ORDER = "mgg partition --order X --save-order F.npy writes one"
+
+
+def _check_record(path: str, tail: bytes, fingerprint: str | None) -> dict:
+    """The order's record after the array (empty for a bare .npy): OrderError naming
+    ``path`` when it is damaged or names another graph than ``fingerprint``'s."""
     facts = {}
     if tail.startswith(TRAILER):
         try:
@@ -263,15 +285,10 @@ def read(path, num_nodes: int, fingerprint: str | None = None) -> Order:
             f"graph's {fingerprint[:12]}): compute the order of this graph (--order, "
             "--save-order)"
         )
-    t0 = time.perf_counter()
-    perm = check_perm(perm, num_nodes, path)
-    return Order(str(facts.get("order") or "file"), perm, time.perf_counter() - t0, path)
+    return facts
 
 
-SAVE_ORDER = "mgg partition --order X --save-order F.npy writes one"
-
-
-def _npy_array(f, path: str, num_nodes: int):
+def _npy_array(f, path: str):
     """The dtype and entry count of the .npy array ``f`` opens, ``f`` left at its first
     byte: OrderError naming ``path`` for anything else (checked before a byte of the
     array is read)."""
@@ -294,11 +311,6 @@ def _npy_array(f, path: str, num_nodes: int):
         raise OrderError(f"{path}: not a .npy order file (a damaged header: {e})") from None
     if len(shape) != 1 or not (np.issubdtype(dtype, np.integer) or shape == (0,)):
         raise OrderError(f"{path}: expected a 1-D integer array, got {dtype} {shape}")
-    if shape[0] != num_nodes:
-        raise OrderError(
-            f"{path}: {shape[0]:,} entries, but the graph has {num_nodes:,} nodes: an "
-            "order of another graph"
-        )
     offset, size = f.tell(), os.fstat(f.fileno()).st_size
     if size < offset + shape[0] * dtype.itemsize:
         raise OrderError(
