@@ -191,9 +191,9 @@ def doc() -> str:
         "one rank's rows alone:",
         *(f"    - {kind}: {names(sorted(table))};" for kind, table in REFUSED_KINDS),
         "  - An op in neither list given `dim=` that covers dim 0 is refused too, so a "
-        "new torch reduction cannot quietly cover one rank. The same reductions over a "
-        "whole float tensor of node or edge rows are covered inside a distributed PyG "
-        "layer at P > 1.",
+        "new torch reduction cannot quietly cover one rank. Inside a distributed PyG "
+        "layer at P > 1, the covered ones but `count_nonzero`, `any` and `all`, called on a "
+        "whole float tensor of node or edge rows, cover every rank too.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -455,9 +455,10 @@ def _p_norm(g, x, p, d, keep):
     return global_sum(_local(torch.sum, a**p, dims, keep), g) ** (1 / p)
 
 
+_LOGICAL = ("count_nonzero", "any", "all")
 _HANDLERS = {
     **dict.fromkeys(("sum", "nansum", "mean", "nanmean"), _sums),
-    **dict.fromkeys(("count_nonzero", "any", "all"), _logical),
+    **dict.fromkeys(_LOGICAL, _logical),
     **dict.fromkeys(("logsumexp", "special.logsumexp"), _logsumexp),
     **dict.fromkeys(("max", "min", "amax", "amin", "aminmax", "prod"), _extremes),
     **dict.fromkeys(("norm", "linalg.vector_norm", "linalg.norm", "linalg.matrix_norm"), _norms),
@@ -496,7 +497,8 @@ for _name, _spec in REFUSED.items():
     for _f in functions(_name):
         _BY_FUNCTION[_f] = (_name, _spec)
 ON_THE_RANK_FUNCTIONS = frozenset(f for n in ON_THE_RANK for f in functions(n))
-WHOLE = frozenset(f for n in _HANDLERS for f in functions(n))  # covered over a whole tensor
+# covered over a whole float tensor inside a PyG layer (mgg.pyg.inside): the float ones
+WHOLE = frozenset(f for n in _HANDLERS if n not in _LOGICAL for f in functions(n))
 
 
 def dispatch(func, g, args, kwargs):
