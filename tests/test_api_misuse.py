@@ -205,9 +205,7 @@ def test_gatv2_edge_attr_width_is_named(rng):
     dg = DistGraph.build(g, None, ps=3)
     conv = mt.GATv2Conv(FIN, 2, edge_dim=3, add_self_loops=False)
     e = edges(dg)
-    with pytest.raises(
-        InputError, match=r"^GATv2Conv: edge_attr has 4 features but edge_dim is 3"
-    ):
+    with pytest.raises(InputError, match=r"^GATv2Conv: edge_attr has 4 features but edge_dim is 3"):
         conv(torch.randn(N, FIN), dg, torch.randn(e, 4))
     with pytest.raises(InputError, match=rf"^GATv2Conv: edge_attr must be \[{e}\]"):
         conv(torch.randn(N, FIN), dg, torch.randn(e - 2, 3))
@@ -373,3 +371,24 @@ def test_every_refusal_here_is_an_mgg_error(dg):
     assert issubclass(ArgumentTypeError, MggError) and issubclass(ArgumentTypeError, TypeError)
     with pytest.raises(MggError):
         mt.GCNConv(FIN, 3)(torch.randn(N, FIN), None)
+
+
+def test_ops_refuse_with_mgg_errors(dg):
+    from mgg.torch.aggregation import gcn2
+
+    x = torch.randn(N, FIN)
+    with pytest.raises(InputError, match=r"^unknown aggregation op 'max'"):
+        mt.aggregate(x, dg, "max")
+    with pytest.raises(InputError, match=r"^eps goes with op 'gin'"):
+        mt.aggregate(x, dg, "sum", eps=0.1)
+    with pytest.raises(
+        InputError, match=rf"^weights have 3 rows but rank 0 holds {edges(dg)} edges"
+    ):
+        mt.aggregate(x, dg, weights=torch.ones(3))
+    with pytest.raises(InputError, match=rf"^gcn2: weight must be \[{FIN}, {FIN}\] .*\({FIN}, 5\)"):
+        gcn2(x, x, torch.randn(FIN, 5), dg, "sum", 0.1, 0.5)
+    with pytest.raises(InputError, match=r"^aggr must be one of"):
+        mt.MessagePassing(aggr="median")
+    sparse = mt.SparseRows(__import__("scipy.sparse").sparse.random(N, 30, 0.1, "csr", np.float32))
+    with pytest.raises(MggError, match=r"^softmax on sparse input features"):
+        torch.nn.functional.softmax(sparse, dim=-1)

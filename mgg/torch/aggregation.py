@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
 from ..precision import accumulator, is_bf16
 from .checks import check_rows, check_tensor, rows_in
 from .interop import Op, as_array, as_tensor, like
@@ -129,22 +130,22 @@ def aggregate(x: torch.Tensor, g, op: str = "sum", weights=None, eps=None) -> to
     bf16, and the weights are float32; any other dtype is refused, never cast.
     """
     if op not in OPS:
-        raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
+        raise InputError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     x = rows_in(x, g, "aggregate")
     if (op == "gin") != (eps is not None):
-        raise ValueError("eps goes with op 'gin', and only with it")
+        raise InputError("eps goes with op 'gin', and only with it")
     if eps is not None and not isinstance(eps, torch.Tensor):
         eps = torch.tensor([float(eps)])
     if weights is None:
         return _Aggregate.apply(x, None, None, eps, g, op)
     if op != "sum":
-        raise ValueError(f"edge weights make a weighted sum, not {op!r}")
+        raise InputError(f"edge weights make a weighted sum, not {op!r}")
     if is_bf16(g.dtype) and isinstance(weights, torch.Tensor) and weights.is_floating_point():
         weights = weights.float()  # bf16 rows take float32 weights
     check_tensor(weights, g, "weights", "[E] or [E, H]", (1, 2), accumulator(g.dtype))
     el = g.plan.num_local_edges
     if weights.shape[0] != el + g.plan.num_remote_edges:
-        raise ValueError(
+        raise InputError(
             f"weights have {weights.shape[0]} rows but rank {g.rank} holds "
             f"{el + g.plan.num_remote_edges} edges"
         )
@@ -184,11 +185,17 @@ def gcn2(x, x0, weight, g, op: str, alpha: float, beta: float) -> torch.Tensor:
     its GEMM: four passes over the rows fewer than aggregate, lerp and addmm under
     autograd (a 64-layer GCNII step on Cora: 1.05-1.12x, A/B in one process)."""
     if op not in ("gcn", "sum"):
-        raise ValueError(f"gcn2 aggregates with 'gcn' or 'sum', not {op!r}")
+        raise InputError(f"gcn2 aggregates with 'gcn' or 'sum', not {op!r}")
     x = rows_in(x, g, "gcn2")
+    c = x.shape[1]
+    if not isinstance(weight, torch.Tensor) or tuple(weight.shape) != (c, c):
+        got = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise InputError(f"gcn2: weight must be [{c}, {c}] (x's width), got {got}")
+    if not isinstance(x0, torch.Tensor):
+        raise InputError(f"gcn2: x0 must be a tensor [{x.shape[0]}, {c}], got {type(x0).__name__}")
     x0 = x0.to(x.dtype)
     if x0.shape != x.shape:
-        raise ValueError(f"gcn2: x0 is {tuple(x0.shape)}, x {tuple(x.shape)}")
+        raise InputError(f"gcn2: x0 is {tuple(x0.shape)}, x {tuple(x.shape)}")
     return _GCN2.apply(x, x0, like(weight, x), g, op, float(alpha), float(beta))
 
 

@@ -43,7 +43,7 @@ class InputRows:
             return x.linear(*args[1:], **kwargs)
         if func is F.dropout and x.g is not None:
             return x.dropout(*args[1:], **{k: v for k, v in kwargs.items() if k != "inplace"})
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{getattr(func, '__name__', func)} on {cls.what} ({cls.__name__}): mgg "
             "multiplies them (F.linear, nn.Linear, mgg layers) and drops them out "
             "(F.dropout); x.to_dense() gives a tensor"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
 from .aggregation import halo
 from .checks import check_rows
 from .interop import Op, as_array, as_tensor
@@ -51,7 +52,7 @@ def attention(a_src: torch.Tensor, a_dst: torch.Tensor, g, negative_slope: float
     check_rows(a_src, g, "attention")
     check_rows(a_dst, g, "attention")
     if a_src.ndim != 2 or a_src.shape != a_dst.shape or a_src.dtype != a_dst.dtype:
-        raise ValueError(
+        raise InputError(
             f"attention: a_src and a_dst must be two [n, heads] tensors of one dtype, got "
             f"{tuple(a_src.shape)} {a_src.dtype} and {tuple(a_dst.shape)} {a_dst.dtype}"
         )

@@ -103,7 +103,7 @@ class ChunkedRows(_Features):
 
     def __init__(self, rows: torch.Tensor, g, chunk: int, device=None, drops=()):
         if int(chunk) < 1:
-            raise ValueError(f"{type(self).__name__}: chunk must be >= 1 row, got {chunk}")
+            raise InputError(f"{type(self).__name__}: chunk must be >= 1 row, got {chunk}")
         self.rows, self.g, self.chunk = rows, g, int(chunk)
         self.device = torch.device(device if device is not None else rows.device)
         self.drops = tuple(drops)  # each dropout's (key, threshold, scale, key_at), in order

@@ -161,14 +161,14 @@ class MessagePassing(nn.Module):
     def __init__(self, aggr: str = "add", *, flow: str = "source_to_target", node_dim=-2):
         super().__init__()
         if aggr not in AGGRS:
-            raise ValueError(f"aggr must be one of {', '.join(AGGRS)}, got {aggr!r}")
+            raise InputError(f"aggr must be one of {', '.join(AGGRS)}, got {aggr!r}")
         if flow != "source_to_target":
-            raise ValueError(
+            raise InputError(
                 "flow: mgg's graph holds each node's in-edges (source_to_target); pass the "
                 "transposed graph instead of flow='target_to_source'"
             )
         if node_dim not in (0, -2):
-            raise ValueError(f"node_dim: mgg keeps nodes in dim 0, got {node_dim}")
+            raise InputError(f"node_dim: mgg keeps nodes in dim 0, got {node_dim}")
         self.aggr = aggr
         sig = inspect.signature(self.message).parameters
         self._message_args = [p for p in sig if p not in ("self", "kwargs")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...errors import InputError
 from ..aggregation import aggregate
 from ..checks import InputRows, check_edge_values, check_features
 from ..chunks import multiplies_first as by_widths
@@ -71,7 +72,7 @@ class GINConv(MessagePassing):
         if g.size > 1 and any(
             isinstance(m, nn.modules.batchnorm._BatchNorm) for m in self.nn.modules()
         ):
-            raise ValueError(
+            raise InputError(
                 "torch's BatchNorm normalizes each rank's rows alone: use mgg.torch.MLP or "
                 "mgg.torch.BatchNorm, whose statistics cover every rank"
             )
@@ -79,7 +80,7 @@ class GINConv(MessagePassing):
         if narrow:
             x = linear(x, first.weight)
         elif isinstance(x, InputRows):
-            raise ValueError(
+            raise InputError(
                 f"GINConv on {x.what} ({type(x).__name__}) needs an nn starting with a Linear"
             )
         h = self.propagate(gg, x=x)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...errors import InputError
 from ..checks import check_features, check_graph, check_rows
 from ..collectives import all_reduce
 from ..inputs import linear
@@ -73,7 +74,7 @@ class BatchNorm(nn.Module):
             check_rows(x, g, "BatchNorm")  # this rank's rows: the plan counts all ranks'
             count = g.plan.num_nodes
             if count < 2 and not (count == 1 and self.allow_single_element):
-                raise ValueError(f"batch normalization needs at least 2 rows, got {count}")
+                raise InputError(f"batch normalization needs at least 2 rows, got {count}")
             mean, var = batch_statistics(self, x, g)
         y = (x - mean) * torch.rsqrt(var + self.eps)
         if self.weight is not None:
@@ -125,7 +126,7 @@ class MLP(nn.Module):
     def __init__(self, channels: list[int], batch_norm: bool = True, running_stats: bool = True):
         super().__init__()
         if len(channels) < 2:
-            raise ValueError(f"an MLP needs at least [in, out] channels, got {channels}")
+            raise InputError(f"an MLP needs at least [in, out] channels, got {channels}")
         self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in pairwise(channels))
         self.norms = nn.ModuleList(
             BatchNorm(c, track_running_stats=running_stats) if batch_norm else nn.Identity()

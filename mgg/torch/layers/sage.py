@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...errors import InputError
 from ..aggregation import aggregate, picked
 from ..checks import InputRows, check_features
 from ..chunks import multiplies_first as by_widths
@@ -85,7 +86,7 @@ class SAGEConv(MessagePassing):
             self, h, self.out_channels, pyg=False
         )
         if gg.rows is not None and not self.fused():
-            raise ValueError(
+            raise InputError(
                 f"SAGEConv(aggr={self.aggr!r}) computes every row (the generic path): only "
                 "sum and mean compute the labeled rows alone"
             )
