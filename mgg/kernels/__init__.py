@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..partition.plan import PartitionPlan
 from ..precision import accumulator
 from . import cpu
@@ -39,10 +40,10 @@ def aggregate(
     """
     check_op(op, plan.has_weights, weights is not None)
     if backend not in ("cpu", "cuda"):
-        raise ValueError(f"unknown backend {backend!r}; choose 'cpu' or 'cuda'")
+        raise InputError(f"unknown backend {backend!r}; choose 'cpu' or 'cuda'")
     n = plan.num_local_nodes
     if x.ndim != 2 or x.shape[0] < n:
-        raise ValueError(
+        raise InputError(
             f"x has shape {x.shape}, expected at least ({n}, D) rows for rank {plan.rank}"
         )
     d = x.shape[1]
@@ -50,12 +51,12 @@ def aggregate(
         weights = check_edge_weights(plan, weights, d, dtype=accumulator(x.dtype))
     if plan.num_remote_edges:
         if halo is None:
-            raise ValueError(
+            raise InputError(
                 f"rank {plan.rank} has {plan.num_remote_edges} remote edges: pass "
                 f"the fetched rows as halo [{plan.num_halo}, {d}]"
             )
         if halo.ndim != 2 or halo.shape[0] < plan.num_halo or halo.shape[1] != d:
-            raise ValueError(f"halo has shape {halo.shape}, expected ({plan.num_halo}, {d})")
+            raise InputError(f"halo has shape {halo.shape}, expected ({plan.num_halo}, {d})")
     if backend == "cuda":
         from .cuda import aggregate_halo
 
@@ -63,7 +64,7 @@ def aggregate(
     if out is None:
         out = np.empty((n, d), x.dtype)
     elif out.shape != (n, d) or out.dtype != x.dtype:
-        raise ValueError(f"out is {out.dtype} {out.shape}, expected {x.dtype} ({n}, {d})")
+        raise InputError(f"out is {out.dtype} {out.shape}, expected {x.dtype} ({n}, {d})")
     w = plan.gcn_weights("local") if op == "gcn" else None if weights is None else weights[0]
     if not plan.num_remote_edges:  # every in-edge local: each row summed and stored once
         ptr, node, idx = plan.lnp_ptr, plan.lnp_node, plan.local_indices

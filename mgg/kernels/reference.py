@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from ..graph.core import Graph
 
 
@@ -21,7 +22,7 @@ def aggregate(
     """
     check_op(op, graph.weights is not None)
     if x.ndim != 2 or x.shape[0] != graph.num_nodes:
-        raise ValueError(f"x has shape {x.shape}, expected ({graph.num_nodes}, D)")
+        raise InputError(f"x has shape {x.shape}, expected ({graph.num_nodes}, D)")
     import scipy.sparse as sp
 
     # built directly: scipy's astype() would merge duplicate edges
@@ -48,33 +49,33 @@ def check_op(op: str, has_weights: bool, edge_weights: bool = False) -> None:
     from .cpu import OPS
 
     if edge_weights and op != "sum":
-        raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
+        raise InputError(f"edge weights given with the call make a weighted sum, not {op!r}")
     if op not in OPS:
-        raise ValueError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
+        raise InputError(f"unknown aggregation op {op!r}; choose one of {', '.join(OPS)}")
     if op == "gcn" and not has_weights:
-        raise ValueError("op 'gcn' needs edge weights: build the plan from graph.gcn_norm()")
+        raise InputError("op 'gcn' needs edge weights: build the plan from graph.gcn_norm()")
 
 
 def check_edge_weights(plan, weights, dim: int, xp=np, dtype=np.float32):
     """Per-call edge weights (local [El] or [El, H], remote [Er] or [Er, H]) in the plan's
     edge order, as C-contiguous ``dtype`` arrays of module ``xp``; H must divide ``dim``."""
     if not (isinstance(weights, tuple | list) and len(weights) == 2):
-        raise ValueError("edge weights are a pair (local [El(, H)], remote [Er(, H)])")
+        raise InputError("edge weights are a pair (local [El(, H)], remote [Er(, H)])")
     out, heads = [], set()
     for name, w, e in (
         ("local", weights[0], plan.num_local_edges),
         ("remote", weights[1], plan.num_remote_edges),
     ):
         if w.ndim not in (1, 2) or w.shape[0] != e:
-            raise ValueError(
+            raise InputError(
                 f"{name} edge weights have shape {tuple(w.shape)}, expected ({e},) or "
                 f"({e}, heads) for rank {plan.rank}"
             )
         heads.add(1 if w.ndim == 1 else w.shape[1])
         out.append(xp.ascontiguousarray(xp.asarray(w), dtype=dtype))
     if len(heads) != 1:
-        raise ValueError(f"local and remote edge weights have different heads: {heads}")
+        raise InputError(f"local and remote edge weights have different heads: {heads}")
     (h,) = heads
     if h < 1 or dim % h:
-        raise ValueError(f"{h} heads do not divide the feature width {dim}")
+        raise InputError(f"{h} heads do not divide the feature width {dim}")
     return tuple(out)
