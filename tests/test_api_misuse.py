@@ -392,3 +392,12 @@ def test_ops_refuse_with_mgg_errors(dg):
     sparse = mt.SparseRows(__import__("scipy.sparse").sparse.random(N, 30, 0.1, "csr", np.float32))
     with pytest.raises(MggError, match=r"^softmax on sparse input features"):
         torch.nn.functional.softmax(sparse, dim=-1)
+
+
+def test_aggregate_and_halo_name_sparse_features_and_say_what_to_do(dg):
+    import scipy.sparse as sp
+
+    sparse = mt.SparseRows(sp.random(N, 30, 0.1, "csr", np.float32), dg)
+    for who, call in (("aggregate", mt.aggregate), ("halo", mt.halo)):
+        with pytest.raises(TypeError, match=rf"^{who}: x is sparse input features .*linear layer"):
+            call(sparse, dg)

@@ -216,4 +216,5 @@ def halo(x: torch.Tensor, g) -> torch.Tensor:
     """x [n, k] -> [H, k]: the rows of peers that this rank's remote edges read, in halo
     order (edge e of the remote CSR reads row remote_slot[e]). Differentiable."""
     check_rows(x, g, "halo")
+    check_tensor(x, g, "x", "[n, k]", tuple(range(1, 8)), x.dtype, "halo")
     return _Halo.apply(x, g)

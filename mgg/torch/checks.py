@@ -86,16 +86,24 @@ def check_rows(x, g, what: str) -> None:
         )
 
 
-def check_tensor(t, g, name: str, shape: str, ndims: tuple, dtype=None) -> None:
+def check_tensor(
+    t, g, name: str, shape: str, ndims: tuple, dtype=None, who: str = "aggregate"
+) -> None:
     """InputError unless ``t`` is a tensor ``shape`` (of ``ndims`` dimensions) in
     ``dtype`` (default the job's)."""
     want = torch_dtype(g.dtype if dtype is None else dtype)
+    if isinstance(t, InputRows):
+        raise ArgumentTypeError(
+            f"{who}: {name} is {t.what} ({type(t).__name__} {tuple(t.shape)}), which {who} "
+            f"cannot take: pass a {want} tensor {shape}; apply a linear layer first "
+            f"(nn.Linear, mgg.torch.linear), or {name}.to_dense()"
+        )
     if not isinstance(t, torch.Tensor) or t.ndim not in ndims:
         got = f"shape {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
-        raise InputError(f"aggregate: {name} must be a {want} tensor {shape}, got {got}")
+        raise InputError(f"{who}: {name} must be a {want} tensor {shape}, got {got}")
     if t.dtype != want:
         raise InputError(
-            f"aggregate: {name} is {t.dtype} but this job aggregates {want} (the DistGraph's "
+            f"{who}: {name} is {t.dtype} but this job aggregates {want} (the DistGraph's "
             f"dtype): pass {name}.to({want}), or build the DistGraph with that dtype "
             "(float32 or bfloat16; the cpu backend also float64)"
         )
