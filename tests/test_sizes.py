@@ -130,6 +130,7 @@ def test_a_np_fix_is_planned_against_that_jobs_own_budget(monkeypatch):
         return {"host": need * first // (2 * p), "device": device}
 
     shared = plan(facts, 1, budget=budget, device=True, budget_of=share, **kw)
+    assert f"--np {first}" not in shared["fixes"], shared["fixes"]  # offered before
     for fix in shared["fixes"]:
         if fix.startswith("--np"):
             p = int(fix.split()[1])
