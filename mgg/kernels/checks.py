@@ -12,15 +12,15 @@ import numpy as np
 from ..errors import InputError
 
 
-def need(ok: bool, who: str, what: str) -> None:
-    """InputError '{who}: {what}' unless ``ok``."""
+def need(ok: bool, who: str, what) -> None:
+    """InputError '{who}: {what()}' unless ``ok`` (``what`` makes the text only then)."""
     if not ok:
-        raise InputError(f"{who}: {what}")
+        raise InputError(f"{who}: {what() if callable(what) else what}")
 
 
 def rows2d(a, who: str, name: str) -> None:
     """``a`` is a 2-D array."""
-    need(getattr(a, "ndim", None) == 2, who, f"{name} must be 2-D, got shape {_shape(a)}")
+    need(getattr(a, "ndim", None) == 2, who, lambda: f"{name} must be 2-D, got shape {_shape(a)}")
 
 
 def ends_at(ptr, size: int, who: str, ptr_name: str, name: str) -> None:
@@ -31,7 +31,7 @@ def ends_at(ptr, size: int, who: str, ptr_name: str, name: str) -> None:
         need(
             0 <= last <= size,
             who,
-            f"{ptr_name} ends at {last} but {name} has {size} entries",
+            lambda: f"{ptr_name} ends at {last} but {name} has {size} entries",
         )
 
 
@@ -42,12 +42,14 @@ def segments(ptr, perm, values, count: int, who: str = "segment_sum") -> None:
     need(
         ptr.ndim == 1 and ptr.size == count + 1,
         who,
-        f"ptr must be [{count + 1}] for {count} segments, got {_shape(ptr)}",
+        lambda: f"ptr must be [{count + 1}] for {count} segments, got {_shape(ptr)}",
     )
     need(
         perm.size == values.shape[0],
         who,
-        f"values must be [{perm.size}, H] (one row per entry of perm), got {_shape(values)}",
+        lambda: (
+            f"values must be [{perm.size}, H] (one row per entry of perm), got {_shape(values)}"
+        ),
     )
     ends_at(ptr, perm.size, who, "ptr", "perm")
 
@@ -57,9 +59,9 @@ def csr_rows(indptr, indices, a, b, heads: int, who: str = "sddmm") -> None:
     rows2d(a, who, "a")
     rows2d(b, who, "b")
     n = indptr.size - 1
-    need(a.shape[0] >= n, who, f"a must have the CSR's {n} rows, got {_shape(a)}")
-    need(b.shape[1] == a.shape[1], who, f"a is {a.shape[1]} wide but b is {b.shape[1]}")
-    need(heads >= 1, who, f"heads must be >= 1, got {heads}")
+    need(a.shape[0] >= n, who, lambda: f"a must have the CSR's {n} rows, got {_shape(a)}")
+    need(b.shape[1] == a.shape[1], who, lambda: f"a is {a.shape[1]} wide but b is {b.shape[1]}")
+    need(heads >= 1, who, lambda: f"heads must be >= 1, got {heads}")
     ends_at(indptr, indices.size, who, "indptr", "indices")
 
 
@@ -72,12 +74,18 @@ def scores(lp, rp, src, a_all, a_dst, who: str) -> None:
     need(
         lp.size == n + 1 and rp.size == n + 1,
         who,
-        f"lp and rp must be [{n + 1}] for a_dst's {n} rows, got {_shape(lp)} and {_shape(rp)}",
+        lambda: (
+            f"lp and rp must be [{n + 1}] for a_dst's {n} rows, got {_shape(lp)} and {_shape(rp)}"
+        ),
     )
-    need(a_all.shape[1] == heads, who, f"a_all has {a_all.shape[1]} heads, a_dst {heads}")
+    need(a_all.shape[1] == heads, who, lambda: f"a_all has {a_all.shape[1]} heads, a_dst {heads}")
     if isinstance(lp, np.ndarray) and isinstance(rp, np.ndarray) and n >= 0:
         e = int(lp[n]) + int(rp[n])
-        need(src.size == e, who, f"src must be [{e}] (the edges of lp and rp), got {src.size}")
+        need(
+            src.size == e,
+            who,
+            lambda: f"src must be [{e}] (the edges of lp and rp), got {src.size}",
+        )
 
 
 def per_edge(t, src, heads: int, who: str, name: str) -> None:
@@ -85,7 +93,7 @@ def per_edge(t, src, heads: int, who: str, name: str) -> None:
     need(
         getattr(t, "shape", None) == (src.size, heads),
         who,
-        f"{name} must be [{src.size}, {heads}], got {_shape(t)}",
+        lambda: f"{name} must be [{src.size}, {heads}], got {_shape(t)}",
     )
 
 
@@ -93,19 +101,21 @@ def partitions(part_ptr, part_node, k0: int, k1: int, indices, weights, who: str
     """accumulate's and aggregate_rows': partitions [k0, k1) of part_ptr [K+1] and
     part_node [K], their edges' indices [E] and weights [E(, H)] (or None)."""
     k = part_node.size
-    need(0 <= k0 <= k1 <= k, who, f"partitions [{k0}, {k1}) outside the plan's {k}")
+    need(0 <= k0 <= k1 <= k, who, lambda: f"partitions [{k0}, {k1}) outside the plan's {k}")
     need(
         part_ptr.size == k + 1,
         who,
-        f"part_ptr must be [{k + 1}] for {k} partitions, got {_shape(part_ptr)}",
+        lambda: f"part_ptr must be [{k + 1}] for {k} partitions, got {_shape(part_ptr)}",
     )
     ends_at(part_ptr, indices.size, who, "part_ptr", "indices")
     if weights is not None:
         need(
             weights.ndim in (1, 2) and weights.shape[0] == indices.size,
             who,
-            f"weights must be [{indices.size}] or [{indices.size}, H] (one per edge), "
-            f"got {_shape(weights)}",
+            lambda: (
+                f"weights must be [{indices.size}] or [{indices.size}, H] (one per edge), "
+                f"got {_shape(weights)}"
+            ),
         )
 
 
@@ -116,7 +126,7 @@ def same_width(src, out, who: str, src_name: str = "src", out_name: str = "out")
     need(
         src.shape[1] == out.shape[1],
         who,
-        f"{src_name} is {src.shape[1]} wide but {out_name} is {out.shape[1]}",
+        lambda: f"{src_name} is {src.shape[1]} wide but {out_name} is {out.shape[1]}",
     )
 
 

@@ -37,7 +37,7 @@ def init_out(op: str, x: np.ndarray, out: np.ndarray, eps: float = 0.0) -> None:
     if op == "gin":
         n = out.shape[0]
         check.same_width(x, out, "init_out", "x")
-        check.need(x.shape[0] >= n, "init_out", f"x has {x.shape[0]} rows, out {n}")
+        check.need(x.shape[0] >= n, "init_out", lambda: f"x has {x.shape[0]} rows, out {n}")
         _scale_rows(
             bits(np.ascontiguousarray(x[:n])).ravel(), out.ravel(), out.dtype.type(1.0 + eps)
         )
@@ -59,7 +59,7 @@ def finalize(op: str, in_degrees: np.ndarray, out: np.ndarray) -> None:
         check.need(
             in_degrees.size >= out.shape[0],
             "finalize",
-            f"in_degrees has {in_degrees.size} entries for {out.shape[0]} rows",
+            lambda: f"in_degrees has {in_degrees.size} entries for {out.shape[0]} rows",
         )
         _divide_rows(out, in_degrees)
 
@@ -98,11 +98,11 @@ def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, 
     """
     check.same_width(x, out, "aggregate_rows", "x")
     n, d = out.shape
-    check.need(x.shape[0] >= n, "aggregate_rows", f"x has {x.shape[0]} rows, out {n}")
+    check.need(x.shape[0] >= n, "aggregate_rows", lambda: f"x has {x.shape[0]} rows, out {n}")
     check.need(
         in_degrees.size >= n,
         "aggregate_rows",
-        f"in_degrees has {in_degrees.size} entries for {n} rows",
+        lambda: f"in_degrees has {in_degrees.size} entries for {n} rows",
     )
     check.partitions(part_ptr, part_node, 0, part_node.size, indices, weights, "aggregate_rows")
     if n == 0 or d == 0:
@@ -472,7 +472,9 @@ def gather_rows(x: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
     rows peers need into one send buffer."""
     check.same_width(x, out, "gather_rows", "x")
     check.need(
-        out.shape[0] >= rows.size, "gather_rows", f"out has {out.shape[0]} rows for {rows.size}"
+        out.shape[0] >= rows.size,
+        "gather_rows",
+        lambda: f"out has {out.shape[0]} rows for {rows.size}",
     )
     if rows.size and x.shape[1]:
         _gather_rows(bits(x), rows, bits(out))

@@ -52,7 +52,7 @@ def edge_dropout(
     check.need(
         dst.ndim == 1 and dst.shape == src.shape,
         "edge_dropout",
-        f"dst {dst.shape} and src {src.shape} must be one [E] each",
+        lambda: f"dst {dst.shape} and src {src.shape} must be one [E] each",
     )
     out = np.empty((dst.size, heads), np.float32)
     _edge_dropout(dst, src, heads, num_nodes, key, threshold, np.float32(scale), out)

@@ -5,6 +5,8 @@ job's dtype and shape."""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -125,7 +127,7 @@ def check_features(x, g, who: str, width: int | None = None, name: str = "x") ->
     bfloat16 job). InputError naming ``who``, ``name``, what was expected and what came."""
     check_graph(g, who)
     n = g.num_local_nodes
-    want = f"[{n}, {'D' if width is None else width}]"
+    want = f"[{n}, {'D' if width is None else width}]"  # a few hundred ns: not worth a branch
     if not isinstance(x, torch.Tensor | InputRows):
         raise ArgumentTypeError(
             f"{who}: {name} must be a tensor of this rank's rows {want} (or InputRows), got "
@@ -155,8 +157,19 @@ def check_features(x, g, who: str, width: int | None = None, name: str = "x") ->
 
 def job_dtypes(g) -> tuple:
     """The dtypes rows of g's job may have: its dtype (and float32 in a bfloat16 job)."""
-    want = torch_dtype(g.dtype)
+    return _row_dtypes(g.dtype)
+
+
+@functools.cache
+def _row_dtypes(dtype) -> tuple:
+    want = torch_dtype(dtype)
     return (want, torch.float32) if want == torch.bfloat16 else (want,)
+
+
+@functools.cache
+def _output_dtypes(dtype) -> tuple:
+    """What a message or an aggregate may return: the rows' dtypes or the sums'."""
+    return (*_row_dtypes(dtype), torch_dtype(accumulator(dtype)))
 
 
 def check_row_dtype(t: torch.Tensor, g, who: str, name: str, extra: tuple = ()) -> None:
@@ -195,19 +208,20 @@ def check_edge_values(
         )
 
 
-def check_output(t, g, who: str, rows: int, what: str, dtypes=None) -> None:
-    """What a user's method returned (``who``: the method, ``what``: the rows it must
-    give, e.g. "[E, ...] for the E edges of this rank"): a tensor of ``rows`` rows, at
-    least 2-D (nodes in dim 0, as PyG's node_dim -2), of a float dtype in ``dtypes``
-    (default: the job's, or its accumulator's)."""
+def check_output(t, g, who: str, rows: int, of: str, dtypes=None) -> None:
+    """What a user's method returned (``who``: the method): a tensor [rows, ...] (one row
+    for each of the rank's ``of``, "edges" or "nodes"), at least 2-D (nodes in dim 0, as
+    PyG's node_dim -2), of a float dtype in ``dtypes`` (default: the job's, or its
+    accumulator's). The message's text is made only when it fails."""
+    ok = _output_dtypes(g.dtype) if dtypes is None else dtypes
+    if isinstance(t, torch.Tensor) and t.ndim >= 2 and t.shape[0] == rows and t.dtype in ok:
+        return
+    what = f"[{rows}, ...] for the {rows} {of} of rank {g.rank}"
     if not isinstance(t, torch.Tensor):
         raise ArgumentTypeError(f"{who} must return a float tensor {what}, got {_got(t)}")
     if t.ndim < 2 or t.shape[0] != rows:
         flat = " (at least 2-D, as PyG's: a 1-D one is t.view(-1, 1))" if t.ndim < 2 else ""
         raise InputError(f"{who} must return a tensor {what}{flat}, got shape {tuple(t.shape)}")
-    ok = dtypes
-    if ok is None:
-        ok = (*job_dtypes(g), torch_dtype(accumulator(g.dtype)))
     if t.dtype not in ok:
         names = ", ".join(sorted({str(d) for d in ok}))
         raise InputError(f"{who} must return {names} rows {what}, got {t.dtype}")

@@ -216,10 +216,9 @@ class MessagePassing(nn.Module):
             raise InputError(f"{who}.propagate: mgg has no bipartite size")
         self._check_arguments(g, kwargs)
         n = g.num_local_nodes
-        rows = f"[{n}, ...] for the {n} nodes of rank {g.rank}"
         if self.fusing():
             out = self.message_and_aggregate(g, **kwargs)
-            check_output(out, g, f"{who}.message_and_aggregate", n, rows, _ANY_FLOAT)
+            check_output(out, g, f"{who}.message_and_aggregate", n, "nodes", _ANY_FLOAT)
         else:
             src, dst = edge_index(g)
             gathered: dict = {}
@@ -228,18 +227,18 @@ class MessagePassing(nn.Module):
                 args[name] = self._argument(g, name, kwargs, src, dst, n, gathered)
             msg = self.message(**args)
             e = src.shape[0]
-            check_output(
-                msg, g, f"{who}.message", e, f"[{e}, ...] for the {e} edges of rank {g.rank}"
-            )
+            check_output(msg, g, f"{who}.message", e, "edges")
             graph = {"graph": g} if self._aggregate_graph else {}
             out = self.aggregate(msg, index=dst, ptr=None, dim_size=n, **graph)
-            check_output(out, g, f"{who}.aggregate", n, rows, _ANY_FLOAT)
+            check_output(out, g, f"{who}.aggregate", n, "nodes", _ANY_FLOAT)
         y = self.update(out, **{k: kwargs[k] for k in self._update_args if k in kwargs})
-        if isinstance(y, torch.Tensor) and (y.ndim == 0 or y.shape[0] != n):
-            raise InputError(
-                f"{who}.update must return a tensor {rows}, got shape {tuple(y.shape)}"
-            )
-        if not isinstance(y, torch.Tensor | tuple | list):
+        good = isinstance(y, torch.Tensor) and y.ndim > 0 and y.shape[0] == n
+        if not good and not isinstance(y, tuple | list):
+            rows = f"[{n}, ...] for the {n} nodes of rank {g.rank}"
+            if isinstance(y, torch.Tensor):
+                raise InputError(
+                    f"{who}.update must return a tensor {rows}, got shape {tuple(y.shape)}"
+                )
             raise ArgumentTypeError(
                 f"{who}.update must return a tensor {rows}, got {type(y).__name__}"
             )

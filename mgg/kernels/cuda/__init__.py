@@ -297,12 +297,11 @@ def run(
     d, n_all = cfg.dim, dplan.plan.num_local_nodes
     for name, a in (("x", x), ("out", out)):
         check.rows2d(a, "run", name)
-        check.need(
-            a.shape[0] >= n_all and a.shape[1] == d,
-            "run",
-            f"{name} must be [>= {n_all}, {d}] (the plan's rows, the config's width), got "
-            f"{tuple(a.shape)}",
-        )
+        if a.shape[0] < n_all or a.shape[1] != d:
+            raise InputError(
+                f"run: {name} must be [>= {n_all}, {d}] (the plan's rows, the config's width), "
+                f"got {tuple(a.shape)}"
+            )
     bf16 = holds_bf16(out)
     if x.dtype != out.dtype or out.dtype not in (np.float32, np.uint16):
         raise ValueError(
@@ -326,12 +325,11 @@ def run(
             ("local", local_w, dplan.plan.num_local_edges),
             ("remote", remote_w, dplan.plan.num_remote_edges),
         ):
-            check.need(
-                w.ndim in (1, 2) and w.shape[0] == e and w.shape[1:] == local_w.shape[1:],
-                "run",
-                f"{name} edge weights must be [{e}] or [{e}, H] (as the local ones), got "
-                f"{tuple(w.shape)}",
-            )
+            if w.ndim not in (1, 2) or w.shape[0] != e or w.shape[1:] != local_w.shape[1:]:
+                raise InputError(
+                    f"run: {name} edge weights must be [{e}] or [{e}, H] (as the local ones), "
+                    f"got {tuple(w.shape)}"
+                )
         heads = 1 if local_w.ndim == 1 else local_w.shape[1]
         if heads < 1 or d % heads:
             raise ValueError(f"{heads} heads do not divide the feature width {d}")
@@ -450,13 +448,15 @@ def aggregate_halo(
 
     check.rows2d(x, "aggregate_halo", "x")
     n, d = plan.num_local_nodes, x.shape[1]
-    check.need(x.shape[0] >= n, "aggregate_halo", f"x must be [>= {n}, D], got {tuple(x.shape)}")
+    check.need(
+        x.shape[0] >= n, "aggregate_halo", lambda: f"x must be [>= {n}, D], got {tuple(x.shape)}"
+    )
     if halo is not None:
         check.rows2d(halo, "aggregate_halo", "halo")
         check.need(
             halo.shape[0] >= plan.num_halo and halo.shape[1] == d,
             "aggregate_halo",
-            f"halo must be [{plan.num_halo}, {d}], got {tuple(halo.shape)}",
+            lambda: f"halo must be [{plan.num_halo}, {d}], got {tuple(halo.shape)}",
         )
     dev_id, dev = current_device()
     if weights is not None:

@@ -273,7 +273,9 @@ def gather_rows(x, src, out) -> None:
     row's bytes and the pointers allow, else 4-byte (2-byte: odd bf16 rows)."""
     check.same_width(x, out, "gather_rows", "x")
     check.need(
-        out.shape[0] >= src.size, "gather_rows", f"out has {out.shape[0]} rows for {src.size}"
+        out.shape[0] >= src.size,
+        "gather_rows",
+        lambda: f"out has {out.shape[0]} rows for {src.size}",
     )
     h, d = int(src.size), int(x.shape[1])
     if x.dtype != out.dtype or x.dtype.itemsize not in (2, 4):
