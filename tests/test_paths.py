@@ -107,3 +107,25 @@ def test_clashing_outputs_end_a_two_rank_job_in_one_line(tmp_path):
 
 def test_convert_to_an_empty_path_is_refused_naming_it(capsys):
     refused(capsys, ["convert", "planted:nodes=50,classes=2", ""], "the output '': an empty path")
+
+
+def test_partition_and_tune_outputs_empty_or_on_their_input_are_refused(
+    tmp_path, capsys, monkeypatch
+):
+    cora = shared_dataset("cora")
+    monkeypatch.chdir(tmp_path)  # tune's --out '' wrote its report into the current folder
+    part = ["partition", cora, "--np", "2"]
+    cases = [
+        ([*part, "--out", ""], "mgg partition: error: --out '': an empty path"),
+        ([*part, "--order", "rcm", "--save-order", ""], "--save-order '': an empty path"),
+        ([*part, "--out", cora], f"--out {cora} is the same path as graph {cora}"),
+        (
+            [*part, "--order", "rcm", "--save-order", "o.npy", "--out", "o.npy"],
+            "--save-order o.npy is the same path as --out o.npy",
+        ),
+        (["tune", cora, "--budget", "1", "--out", ""], "mgg tune: error: --out '': an empty"),
+        (["tune", cora, "--budget", "1", "--out", cora], f"--out {cora} is the same path as"),
+    ]
+    for argv, message in cases:
+        refused(capsys, argv, message)
+    assert os.listdir(tmp_path) == []

@@ -91,6 +91,7 @@ def main(args) -> int:
     kind = _graph_kind(args.model, "gcn_norm" if args.out else "as_is")
     if args.distributed:
         return _distributed(args, knobs, kind)
+    _check_paths(args)
     if args.out:  # before the work (checked again under the output's lock when written)
         check_target(args.out, args.force)
     if args.np is None:
@@ -174,6 +175,17 @@ def _graph_kind(model: str | None, default: str) -> str:
     return graph_kind(model)
 
 
+def _check_paths(args) -> None:
+    """An empty or clashing --out or --save-order, refused before any work."""
+    from ..atomic import check_paths
+
+    check_paths(
+        {"--out": args.out, "--save-order": args.save_order},
+        {"graph": args.graph, "--order-file": args.order_file},
+        new=("--out",),
+    )
+
+
 def _distributed(args, knobs, kind: str) -> int:
     from ..backend import get_backend
     from ..graph.papers import NAME as PAPERS
@@ -183,6 +195,7 @@ def _distributed(args, knobs, kind: str) -> int:
     from .common import INPUTS
 
     comm = get_backend("cpu").comm()  # first: from here on a failing rank aborts the job
+    _check_paths(args)
     if args.out:
         check_target(args.out, args.force)
     INPUTS.append(args.graph)

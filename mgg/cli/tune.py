@@ -62,6 +62,7 @@ def add(sub):
 
 
 def main(args) -> int:
+    from ..atomic import check_paths
     from ..backend import get_backend
     from ..errors import InputError
     from ..harness.tune import report_folder, tune, write_report
@@ -70,6 +71,7 @@ def main(args) -> int:
     backend = get_backend(args.backend)
     knobs = knobs_of(args, backend.takes("pipelined"), backend.job("pipelined"))
     comm = backend.comm(knobs)  # first: from here on a failing rank aborts the job
+    check_paths({"--out": args.out}, {"graph": args.graph, "--order-file": args.order_file})
     if comm.rank == 0:
         report_folder(args.out)
     if args.repeat > args.max_repeat:
