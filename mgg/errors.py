@@ -32,6 +32,11 @@ class InputError(MggError, ValueError):
     """A value given to mgg (a flag, a config, an argument) is invalid."""
 
 
+class ArgumentTypeError(InputError, TypeError):
+    """An argument of the wrong type (not a tensor, not the job's DistGraph): an
+    InputError that ``except TypeError`` catches too."""
+
+
 class GraphError(InputError):
     """A graph or dataset, or a file holding one, is malformed."""
 

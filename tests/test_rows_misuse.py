@@ -47,6 +47,8 @@ def test_every_torch_op_that_takes_a_dim_is_in_a_table():
             params = inspect.signature(sig).parameters
         except (TypeError, ValueError):
             continue
+        if getattr(f, "__name__", "").startswith("_"):
+            continue  # torch's private ops, some listed only once a module registers them
         if {"dim", "dims", "axis", "dim0", "start_dim"} & set(params) and f not in known:
             missing.append(getattr(f, "__qualname__", str(f)))
     assert not missing, f"in no table of mgg/torch/reductions.py: {sorted(missing)}"
@@ -101,7 +103,9 @@ COVERED = {
     "F.cosine_embedding_loss": lambda x, z: F.cosine_embedding_loss(
         z, z.flip(1), (z[:, 0] > 0).double() * 2 - 1
     ),
-    "F.multilabel_soft_margin_loss": lambda x, z: F.multilabel_soft_margin_loss(z, (z > 0).double()),
+    "F.multilabel_soft_margin_loss": lambda x, z: F.multilabel_soft_margin_loss(
+        z, (z > 0).double()
+    ),
     "F.triplet_margin_loss": lambda x, z: F.triplet_margin_loss(z, z * 0.5, z.flip(1)),
 }
 DIFFERENTIABLE = [

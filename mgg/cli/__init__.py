@@ -56,7 +56,37 @@ def main(argv=None) -> int:
     with contextlib.suppress(ValueError, AttributeError):  # not the main thread; no SIGXFSZ
         # a write past the file-size limit fails (EFBIG, named below), not kills the rank
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    _on_ending_signals()
     return run(args)
+
+
+class Stopped(BaseException):
+    """A signal that would end mgg (SIGTERM, SIGQUIT, SIGUSR1, ...), raised in the main
+    thread so that its writers' temporaries are removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop(signum, frame):
+    raise Stopped(signum)
+
+
+def _on_ending_signals() -> None:
+    """Outside mggrun (which names them itself), each signal that would end mgg ends it
+    with one line naming it and exit 128 + its number, as Ctrl-C does."""
+    import signal
+
+    from ..launch import ENDING
+
+    if os.environ.get("MGG_LAUNCHER") == "mggrun":
+        return
+    for sig in ENDING:
+        if sig not in (signal.SIGINT, signal.SIGXFSZ):  # KeyboardInterrupt; ignored above
+            with contextlib.suppress(ValueError, OSError):  # not the main thread
+                if signal.getsignal(sig) is signal.SIG_DFL:
+                    signal.signal(sig, _stop)
 
 
 # ---- the abort policy ----------------------------------------------------------------------
@@ -75,6 +105,8 @@ def run(args) -> int:
         return code
     except KeyboardInterrupt:
         return _interrupted(args.command)
+    except Stopped as e:
+        return _interrupted(args.command, signum=e.signum)
     except (MggError, ValueError, OSError, RuntimeError, MemoryError) as e:
         msg = one_line(e)
         if isinstance(e, OSError) and e.errno == errno.EFBIG:
@@ -115,25 +147,28 @@ def _interrupt_hook(command: str):
     return hook
 
 
-def _interrupted(command: str, exit_now: bool = False) -> int:
-    """Ctrl-C: no traceback, exit code 130, and one line, from rank 0 (under mggrun from
-    mggrun, which alone is sure to outlive every rank). In a multi-rank job the rank aborts
-    the job, skipping MPI_Finalize (which could wait on a peer still inside a collective);
-    an abort, unlike a bare exit, ends the others without mpiexec's failure banner."""
+def _interrupted(command: str, exit_now: bool = False, signum: int = 2) -> int:
+    """Ctrl-C (or ``signum``): no traceback, exit code 128 + the signal, and one line, from
+    rank 0 (under mggrun from mggrun, which alone is sure to outlive every rank). In a
+    multi-rank job the rank aborts the job, skipping MPI_Finalize (which could wait on a
+    peer still inside a collective); an abort, unlike a bare exit, ends the others without
+    mpiexec's failure banner."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    env = os.environ
+    from ..launch import stopped
+
+    signal.signal(signum, signal.SIG_IGN)
+    env, code = os.environ, 128 + signum
     if env.get("MGG_LAUNCHER") != "mggrun" and int(env.get("PMI_RANK") or 0) == 0:
-        print(f"mgg {command}: interrupted", file=sys.stderr)
+        print(f"mgg {command}: {stopped(signum)}", file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     if exit_now or int(env.get("MGG_SIZE") or env.get("PMI_SIZE") or 1) > 1:
         from ..comm import abort_job
 
-        abort_job(130)
-        os._exit(130)
-    return 130
+        abort_job(code)
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

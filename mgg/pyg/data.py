@@ -7,14 +7,13 @@ import sys
 
 from .. import process
 from ..comm.base import Comm
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
 from ..graph.core import GRAPH_KINDS
 from ..graph.dataset import Dataset
 from ..graph.specs import BEG_SUFFIX, resolve
 from ..partition.shards import ShardedDataset, is_sharded
 from ..prepare import prepare
 from ..torch import Rows, SparseRows
-from ..torch.checks import ArgumentTypeError
 from ..torch.edges import EdgeIndex
 from ..torch.interop import as_tensor
 from ..torch.plan_arrays import PlanArrays

@@ -11,13 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from ..distgraph import DistGraph
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
 from ..precision import accumulator, is_bf16, torch_dtype
-
-
-class ArgumentTypeError(InputError, TypeError):
-    """An argument of the wrong type (not a tensor, not the job's DistGraph): mgg's
-    InputError that ``except TypeError`` also catches, as it did before."""
 
 
 def _got(t) -> str:

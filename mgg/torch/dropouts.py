@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..errors import InputError
 from ..precision import accumulator
-from .checks import InputRows, check_graph, check_rows
+from .checks import InputRows, check_edge_values, check_graph, check_rows
 from .interop import Op, as_array, as_tensor
 from .plan_arrays import PlanArrays
 
@@ -57,8 +58,9 @@ def edge_dropout(w: torch.Tensor, g, p: float, training: bool = True) -> torch.T
     """Dropout of per-edge values w [E, H] (GAT's attention), keyed by each edge's global
     (dst, src) and head, so the masks do not depend on the number of ranks."""
     check_graph(g, "edge_dropout")
+    check_edge_values(w, g, "edge_dropout", "w")
     if not 0 <= p < 1:
-        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        raise InputError(f"edge_dropout: p must be in [0, 1), got {p}")
     if not training or p == 0:
         return w
     key, threshold, scale, key_at = mask_args(p, g)

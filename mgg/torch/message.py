@@ -21,9 +21,9 @@ import inspect
 import torch
 from torch import nn
 
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
 from .aggregation import halo
-from .checks import ArgumentTypeError, InputRows, check_edge_values, check_graph, check_output
+from .checks import InputRows, check_edge_values, check_graph, check_output
 from .dropouts import edge_index
 from .edges import EdgeIndex
 from .interop import Op, as_array, as_tensor
