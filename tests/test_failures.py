@@ -466,6 +466,52 @@ def test_ctrl_c_in_mgg_is_one_line_without_a_traceback(monkeypatch, capsys):
         signal.signal(signal.SIGINT, handler)
 
 
+@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGUSR1, signal.SIGTERM])
+def test_an_ending_signal_to_mgg_outside_mggrun_is_one_line_and_128_plus_it(
+    monkeypatch, capsys, sig
+):
+    from mgg import cli
+    from mgg.launch import stopped
+
+    def signalled(args):
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the handler runs at the next bytecode
+        return 0
+
+    monkeypatch.setattr(cli.info, "main", signalled)
+    for var in ("MGG_LAUNCHER", "PMI_RANK", "MGG_SIZE", "PMI_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    saved = {s: signal.getsignal(s) for s in (sig, signal.SIGXFSZ)}
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+        assert cli.main(["info"]) == 128 + sig
+        assert capsys.readouterr().err == f"mgg info: {stopped(sig)}\n"
+    finally:
+        for s, h in saved.items():
+            signal.signal(s, h)
+
+
+@needs_linux
+def test_a_sigquit_to_a_bare_mgg_train_ends_it_in_one_line(tmp_path):
+    env = dict(os.environ, MGG_PROGRESS="0")
+    for var in ("MGG_LAUNCHER", "PMI_RANK", "MGG_SIZE", "PMI_SIZE"):
+        env.pop(var, None)
+    log = tmp_path / "log"
+    argv = ["train", "--dataset", "planted:nodes=2000,classes=3", "--epochs", "1000000"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mgg", *argv, "--log-dir", str(log)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    end = time.time() + 120
+    while not (log / "metrics.jsonl").exists():  # training: the handlers are set
+        assert proc.poll() is None and time.time() < end, proc.stderr.read().decode()[-2000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGQUIT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGQUIT, err.decode()[-2000:]
+    assert err.decode().strip().splitlines() == ["mgg train: stopped by SIGQUIT"]
+
+
 @needs_linux
 def test_any_ending_signal_to_mggrun_of_ranks_that_are_not_mgg_is_one_line(tmp_path):
     """Every signal that would end mggrun (launch.ENDING) ends the job: with ranks that
