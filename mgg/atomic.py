@@ -62,13 +62,7 @@ def sweep_registered(registry) -> list[Path]:
                     m = _TEMP.match(p.name)
                     if not (m and m.group(1) == here and os.path.lexists(p)):
                         continue
-                    if _alive(int(m.group(2))):
-                        continue
-                    with contextlib.suppress(FileNotFoundError):
-                        if p.is_dir() and not p.is_symlink():
-                            shutil.rmtree(p)
-                        else:
-                            p.unlink()
+                    if not _alive(int(m.group(2))) and _remove(p):
                         gone.append(p)
     shutil.rmtree(registry, ignore_errors=True)
     return gone
@@ -94,15 +88,19 @@ def stale(folder) -> list[Path]:
 
 def sweep(folder) -> list[Path]:
     """Remove ``stale(folder)`` (files or folders); returns what was removed."""
-    gone = []
-    for p in stale(folder):
-        with contextlib.suppress(FileNotFoundError):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p)
-            else:
-                p.unlink()
-            gone.append(p)
-    return gone
+    return [p for p in stale(folder) if _remove(p)]
+
+
+def _remove(p: Path) -> bool:
+    """Remove file or folder ``p``; False if it was gone already."""
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:

@@ -77,10 +77,7 @@ def check_rows(x, g, what: str) -> None:
             f"{what}: the input has {x.shape[0]} rows but rank {g.rank} owns "
             f"{g.num_local_nodes} nodes [{g.lb}, {g.ub})"
         )
-    if (x.device.type == "cuda") != g.backend.gpu:
-        raise InputError(
-            f"{what}: the input is on {x.device} but the job runs on the {g.backend.name} backend"
-        )
+    check_device(x, g, what, "the input")
 
 
 def check_tensor(
@@ -151,12 +148,17 @@ def check_features(x, g, who: str, width: int | None = None, name: str = "x") ->
             f"{who}: {name} has {x.shape[1]} columns but the layer takes {width} "
             f"(in_channels): {name} must be {want}, got {tuple(x.shape)}"
         )
-    if (x.device.type == "cuda") != g.backend.gpu:
-        raise InputError(
-            f"{who}: {name} is on {x.device} but the job runs on the {g.backend.name} backend"
-        )
+    check_device(x, g, who, name)
     if isinstance(x, torch.Tensor):
         check_row_dtype(x, g, who, name)
+
+
+def check_device(t, g, who: str, name: str) -> None:
+    """InputError unless tensor ``t`` is on the job's kind of device."""
+    if (t.device.type == "cuda") != g.backend.gpu:
+        raise InputError(
+            f"{who}: {name} is on {t.device} but the job runs on the {g.backend.name} backend"
+        )
 
 
 def job_dtypes(g) -> tuple:
@@ -206,10 +208,7 @@ def check_edge_values(
         )
     if floating and not t.is_floating_point():
         raise InputError(f"{who}: {name} must be a float tensor {shape}, got {t.dtype}")
-    if (t.device.type == "cuda") != g.backend.gpu:
-        raise InputError(
-            f"{who}: {name} is on {t.device} but the job runs on the {g.backend.name} backend"
-        )
+    check_device(t, g, who, name)
 
 
 def check_output(t, g, who: str, rows: int, of: str, dtypes=None) -> None:

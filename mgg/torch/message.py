@@ -23,7 +23,7 @@ from torch import nn
 
 from ..errors import ArgumentTypeError, InputError
 from .aggregation import halo
-from .checks import InputRows, check_edge_values, check_graph, check_output
+from .checks import InputRows, check_device, check_edge_values, check_graph, check_output
 from .dropouts import edge_index
 from .edges import EdgeIndex
 from .interop import Op, as_array, as_tensor
@@ -140,10 +140,7 @@ def _check_node_rows(t, g, who: str, name: str) -> None:
             f"{who}: {name} must be this rank's rows [{n}, ...] (rank {g.rank} owns {n} nodes "
             f"[{g.lb}, {g.ub})), got shape {tuple(t.shape)}"
         )
-    if (t.device.type == "cuda") != g.backend.gpu:
-        raise InputError(
-            f"{who}: {name} is on {t.device} but the job runs on the {g.backend.name} backend"
-        )
+    check_device(t, g, who, name)
 
 
 class MessagePassing(nn.Module):
