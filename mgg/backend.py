@@ -22,6 +22,7 @@ from .arrays import on_gpu, to_host
 from .comm import get_comm
 from .designs import Design, design_names, get_design
 from .knobs import DEFAULTS, JOB_KNOBS, Knobs
+from .process import refuse_bad_environment
 from .tuner.model import cpu_device
 
 NAMES = ("cpu", "cuda")
@@ -36,6 +37,7 @@ class Backend:
     """name: 'cpu' or 'cuda'. ``gpu`` says whether arrays live on a GPU."""
 
     def __init__(self, name: str):
+        refuse_bad_environment()  # a job's threads as the user set them, or none
         if name not in NAMES:
             raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
         self.name = name

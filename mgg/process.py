@@ -14,8 +14,14 @@ import sys
 import tempfile
 import threading
 
+# what apply() found wrong in the environment, each one line naming the variable: the
+# variable is set aside (numba would raise a traceback at import); mgg's commands and
+# Backend refuse to run with it (refuse_bad_environment)
+ENV_ERRORS: list[str] = []
+
 
 def apply() -> None:
+    check_numba_threads()
     one_openmp_runtime()
     keep_freed_memory()
     try:
@@ -24,6 +30,28 @@ def apply() -> None:
         several = False
     if several:
         serialize_compiles()
+
+
+def check_numba_threads() -> None:
+    """NUMBA_NUM_THREADS must be a whole number >= 1: numba's import raises a traceback on
+    0 and warns at length on anything else. Such a value is set aside and named in
+    ENV_ERRORS."""
+    value = os.environ.get("NUMBA_NUM_THREADS")
+    if value is None or (value.strip().isdigit() and int(value) >= 1):
+        return
+    del os.environ["NUMBA_NUM_THREADS"]
+    ENV_ERRORS.append(
+        f"NUMBA_NUM_THREADS={value!r}: expected a whole number of threads >= 1 (unset it "
+        "for every core)"
+    )
+
+
+def refuse_bad_environment() -> None:
+    """InputError naming the first of ENV_ERRORS, if any."""
+    if ENV_ERRORS:
+        from .errors import InputError
+
+        raise InputError(ENV_ERRORS[0])
 
 
 def one_openmp_runtime() -> None:

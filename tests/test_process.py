@@ -127,3 +127,21 @@ def test_a_large_jobs_rank_gives_freed_memory_back_and_a_small_ones_keeps_it():
     got = json.loads(r.stdout.splitlines()[-1])
     assert got["small_job"] is False and got["large_job"] is True
     assert got["kept"] - got["returned"] > 150, got  # MB: the 200 MiB array stayed, then went back
+
+
+@pytest.mark.parametrize("value", ["0", "abc", "-3"])
+def test_a_bad_numba_num_threads_is_one_line_from_mgg_and_an_input_error_from_the_api(value):
+    env = dict(os.environ, NUMBA_NUM_THREADS=value)  # numba's import raised a traceback on 0
+    r = subprocess.run(
+        [sys.executable, "-m", "mgg", "train", "--dataset", "planted:nodes=50,classes=2"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"mgg train: error: NUMBA_NUM_THREADS={value!r}: expected a whole number of threads "
+        ">= 1 (unset it for every core)"
+    ]
+    api = "from mgg.backend import get_backend\ntry:\n    get_backend()\nexcept ValueError as e:\n"
+    api += "    print(type(e).__name__, e)\n"
+    r = subprocess.run([sys.executable, "-c", api], env=env, capture_output=True, text=True)
+    assert r.stdout.startswith(f"InputError NUMBA_NUM_THREADS={value!r}"), r.stdout + r.stderr

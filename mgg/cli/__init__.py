@@ -48,6 +48,11 @@ def main(argv=None) -> int:
     if not getattr(args, "func", None):
         p.print_help()
         return 2
+    from ..process import ENV_ERRORS
+
+    if ENV_ERRORS:  # NUMBA_NUM_THREADS=0, ...: set aside at import, refused here
+        print(f"mgg {args.command}: error: {ENV_ERRORS[0]}", file=sys.stderr)
+        return 2
     refusal = args.command in MPI_COMMANDS and file_size_refusal()
     if refusal:  # before MPI_Init, which would die with MPICH's stack
         if int(os.environ.get("PMI_RANK") or 0) == 0:  # one line from a plain mpiexec
