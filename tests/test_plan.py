@@ -53,7 +53,9 @@ def test_papers100m_at_scale_one_is_planned_without_being_drawn(capsys, monkeypa
 
 def test_every_fix_it_names_fits_and_the_plan_refuses_without_one(capsys):
     base = ["planted:nodes=60000,classes=8", "--np", 2, "--hidden", 512]
-    tight = plan(capsys, *base, "--host-memory", "600M")
+    tight = plan(
+        capsys, *base, "--host-memory", "900M"
+    )  # compile 296 MiB counted: at 600M nothing fits
     assert not tight["fits"] and tight["fixes"], tight["fixes"]
 
     def fits(flag, value) -> bool:
@@ -62,7 +64,7 @@ def test_every_fix_it_names_fits_and_the_plan_refuses_without_one(capsys):
             args[args.index(flag) + 1] = value
         else:
             args += [flag, value]
-        return plan(capsys, *args, "--host-memory", "600M")["fits"]
+        return plan(capsys, *args, "--host-memory", "900M")["fits"]
 
     for fix in tight["fixes"]:
         assert fits(*fix.split()), fix
@@ -70,7 +72,7 @@ def test_every_fix_it_names_fits_and_the_plan_refuses_without_one(capsys):
             assert int(fix.split()[1]) < 512 and not fits("--hidden", 2 * int(fix.split()[1]))
     if "--dtype bfloat16" not in tight["fixes"]:
         assert not fits("--dtype", "bfloat16")
-    assert main(["plan", *map(str, base), "--host-memory", "600M"]) == 0
+    assert main(["plan", *map(str, base), "--host-memory", "900M"]) == 0
     text = capsys.readouterr().out
     assert "does not fit; it would with" in text and "activations" in text
 

@@ -24,8 +24,15 @@ COMMANDS = (info, partition, plan, check, tune, train, predict, embed, demo, con
 GPU_PACKAGES = ("cupy", "cupyx", "nvshmem", "cuda")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, its errors one line as mgg's others (no usage block above)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mgg", description=__doc__.splitlines()[0])
+    p = Parser(prog="mgg", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command")
     for command in COMMANDS:
         s = command.add(sub)
