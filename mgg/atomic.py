@@ -205,8 +205,7 @@ def atomic_write(*paths):
             user = ", ".join(map(os.fspath, paths))
             if e.filename is not None:
                 user = os.fspath(paths[tmps.index(e.filename)])
-            why = e.strerror or os.strerror(e.errno) if e.errno else str(e)
-            raise OSError(e.errno, f"cannot write it: {why}", user) from e
+            raise OSError(e.errno, cannot_write(e), user) from e
         msg = str(e)
         if isinstance(e, MggError) and any(tmp in msg for tmp in tmps):
             for tmp, p in zip(tmps, paths, strict=True):
@@ -246,10 +245,26 @@ def atomic_folder(path, hint: str):
         if isinstance(e, OSError) and not isinstance(e, FileExistsError):
             named = _as_user(e.filename, tmp, path)
             if named is not None:  # the path as the user wrote it, not the temporary
-                why = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
-                why = why if why.startswith("cannot write it") else f"cannot write it: {why}"
-                raise OSError(e.errno, why, named) from e
+                raise OSError(e.errno, cannot_write(e), named) from e
         raise
+
+
+def cannot_write(e: OSError) -> str:
+    """An OSError's reason as a writer's errors give it: 'cannot write it: REASON'."""
+    why = (e.strerror or os.strerror(e.errno)) if e.errno else str(e)
+    return why if why.startswith("cannot write it") else f"cannot write it: {why}"
+
+
+@contextlib.contextmanager
+def naming(path):
+    """An OSError that names no file (a failed write into an open file, a library's
+    buffered write on a full disk) named as ``path``, the file being written."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None or not e.errno:
+            raise
+        raise OSError(e.errno, cannot_write(e), os.fspath(path)) from None
 
 
 def _as_user(filename, tmp: Path, path) -> str | None:

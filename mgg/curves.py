@@ -13,12 +13,11 @@ Layout of a log folder (``mgg train --log-dir DIR``)::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from pathlib import Path
 
-from .atomic import atomic_write, make_folder
+from .atomic import atomic_write, make_folder, naming
 from .errors import InputError
 
 METRICS = "metrics.jsonl"
@@ -101,18 +100,6 @@ class RunLog:
         except ImportError:
             return None
         return self.png
-
-
-@contextlib.contextmanager
-def naming(path):
-    """An OSError that names no file (a full disk under a buffered write) named as
-    ``path``, the file being written."""
-    try:
-        yield
-    except OSError as e:
-        if e.filename is not None or not e.errno:
-            raise
-        raise OSError(e.errno, f"cannot write it: {e.strerror}", str(path)) from None
 
 
 def plot(rows: list[dict], path, metric: str = "accuracy", selected: int | None = None) -> None:

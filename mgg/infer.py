@@ -22,7 +22,6 @@ no OUT, and its temporary folder is swept by the next writer there.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 
 from . import precision
-from .atomic import atomic_folder, check_new
+from .atomic import atomic_folder, check_new, naming
 from .errors import InputError, MggError, one_line
 
 FORMAT = "mgg-output"
@@ -107,7 +106,7 @@ def write_output(out, rows: dict[str, np.ndarray], ids: np.ndarray, num_nodes: i
     try:
         with atomic_folder(out, HINT) as folder:
             for k, v in rows.items():
-                with _naming(folder / f"{k}.npy"):
+                with naming(folder / f"{k}.npy"):
                     np.lib.format.open_memmap(folder / f"{k}.npy", "w+", v.dtype, shapes[k])
                     _reserve(folder / f"{k}.npy")
             _share(comm, folder)
@@ -117,7 +116,7 @@ def write_output(out, rows: dict[str, np.ndarray], ids: np.ndarray, num_nodes: i
             if os.environ.get(STALL) == Path(out).name:
                 print(f"stalled writing {folder}", file=sys.stderr, flush=True)
                 time.sleep(600)
-            with _naming(folder / MANIFEST):
+            with naming(folder / MANIFEST):
                 (folder / MANIFEST).write_text(json.dumps(facts, indent=1))  # then the rename
     except (MggError, OSError) as e:
         _share(comm, one_line(e))  # in place of the folder or of the result: peers raise it
@@ -131,15 +130,6 @@ def _reserve(path: Path) -> None:
     full disk is an OSError here, not a SIGBUS in a rank's store to the map."""
     with open(path, "r+b") as f:
         os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
-
-
-@contextlib.contextmanager
-def _naming(path: Path):
-    """An OSError that names no file (a failed write, not an open) named as ``path``."""
-    try:
-        yield
-    except OSError as e:
-        raise OSError(e.errno, e.strerror, e.filename or str(path)) from None
 
 
 def _share(comm, value):

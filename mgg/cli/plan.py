@@ -18,6 +18,7 @@ from .common import (
     job_args,
     job_of,
     knob_type,
+    knobs_of,
     open_dataset,
     quiet,
     size,
@@ -57,22 +58,17 @@ def add(sub):
 
 
 def main(args) -> int:
-    from ..designs import get_design
+    from ..backend import get_backend
     from ..footprint import job_kw, plan
     from ..graph.facts import job_facts
     from ..graph.specs import spec_facts
     from ..job import check_ranks
-    from ..knobs import JOB_KNOBS, Knobs, flag
     from ..partition.shards import ShardedDataset
 
     check_ranks(args.np)  # before any loop over the ranks
-    # the knobs as train takes them: its backend's and its design's (train's knobs_of)
-    design = get_design(args.backend, args.design)
-    takes = set(JOB_KNOBS[args.backend]) | set(design.knobs)
-    given = {k: getattr(args, k) for k in ("dtype", "order") if getattr(args, k) is not None}
-    where = f"the {design.name} design on {args.backend}"
-    knobs = Knobs.parse(given, takes=tuple(takes), job=where, label=flag)
-    job = job_of(args, knobs, "plan")
+    backend = get_backend(args.backend)  # the knobs as train takes them
+    design = backend.design(args.design).name
+    job = job_of(args, knobs_of(args, backend.takes(design), backend.job(design)), "plan")
     facts = spec_facts(args.graph, args.scale, args.seed)
     bounds = None
     if facts is None:

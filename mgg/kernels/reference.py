@@ -59,9 +59,16 @@ def check_op(op: str, has_weights: bool, edge_weights: bool = False) -> None:
 def check_edge_weights(plan, weights, dim: int, xp=np, dtype=np.float32):
     """Per-call edge weights (local [El] or [El, H], remote [Er] or [Er, H]) in the plan's
     edge order, as C-contiguous ``dtype`` arrays of module ``xp``; H must divide ``dim``."""
+    edge_weight_heads(plan, weights, dim)
+    return tuple(xp.ascontiguousarray(xp.asarray(w), dtype=dtype) for w in weights)
+
+
+def edge_weight_heads(plan, weights, dim: int) -> int:
+    """H of per-call edge weights (a pair: local [El(, H)], remote [Er(, H)], in the plan's
+    edge order), InputError unless their shapes are that and H divides ``dim``."""
     if not (isinstance(weights, tuple | list) and len(weights) == 2):
         raise InputError("edge weights are a pair (local [El(, H)], remote [Er(, H)])")
-    out, heads = [], set()
+    heads = set()
     for name, w, e in (
         ("local", weights[0], plan.num_local_edges),
         ("remote", weights[1], plan.num_remote_edges),
@@ -72,10 +79,9 @@ def check_edge_weights(plan, weights, dim: int, xp=np, dtype=np.float32):
                 f"({e}, heads) for rank {plan.rank}"
             )
         heads.add(1 if w.ndim == 1 else w.shape[1])
-        out.append(xp.ascontiguousarray(xp.asarray(w), dtype=dtype))
     if len(heads) != 1:
         raise InputError(f"local and remote edge weights have different heads: {heads}")
     (h,) = heads
     if h < 1 or dim % h:
         raise InputError(f"{h} heads do not divide the feature width {dim}")
-    return tuple(out)
+    return h

@@ -38,6 +38,7 @@ import numpy as np
 from ..atomic import atomic_write, check_folder
 from ..errors import InputError
 from ..graph.core import Graph, inverse
+from ..graph.formats._common import npy_header
 from ..knobs import DEFAULTS, ORDERS
 
 TRAILER = b"\n#mgg-order "  # then one line of JSON: name, num_nodes, graph fingerprint
@@ -300,13 +301,7 @@ def _npy_array(f, path: str):
             f"{path}: {what + ', ' if what else ''}not a .npy order file ({SAVE_ORDER})"
         )
     try:
-        version = np.lib.format.read_magic(f)
-        header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, _, dtype = header(f)
+        shape, _, dtype = npy_header(f)
     except (ValueError, EOFError) as e:
         raise OrderError(f"{path}: not a .npy order file (a damaged header: {e})") from None
     if len(shape) != 1 or not (np.issubdtype(dtype, np.integer) or shape == (0,)):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from ..atomic import atomic_folder, check_new
+from ..atomic import atomic_folder, check_new, naming
 from ..comm import on_root
 from ..errors import ModelError, first_line
 from .models import MODELS, build_model
@@ -61,26 +61,21 @@ def _write(folder: Path, model, info: dict) -> None:
             f"names one of {', '.join(MODELS)})"
         )
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    # an OSError names the file under the user's folder (atomic_folder), not the temporary
     with atomic_folder(folder, HINT) as tmp:
         try:
-            try:
-                with open(tmp / WEIGHTS, "wb") as f:
-                    torch.save(state, f)
-            except RuntimeError as e:  # torch's writer says only "unexpected pos N vs M"
-                if not isinstance(e.__context__, OSError):  # what f.write raised in torch
-                    raise
-                raise OSError(e.__context__.errno, e.__context__.strerror, f.name) from None
-            meta = {"format": FORMAT, "version": VERSION, "config": config, **info}
-            meta["files"] = {WEIGHTS: _file_facts(tmp / WEIGHTS)}
-            meta = json.loads(json.dumps(meta))  # as a reader will see it
-            meta["digest"] = _digest(meta)
-            try:
-                (tmp / INFO).write_text(json.dumps(meta, indent=1))
-            except OSError as e:  # a failed write (not open) names no file
-                raise OSError(e.errno, e.strerror, e.filename or str(tmp / INFO)) from None
-        except OSError as e:
-            name = Path(e.filename).name if e.filename else ""
-            raise OSError(e.errno, f"cannot write it: {e.strerror}", str(folder / name)) from None
+            with open(tmp / WEIGHTS, "wb") as f:
+                torch.save(state, f)
+        except RuntimeError as e:  # torch's writer says only "unexpected pos N vs M"
+            if not isinstance(e.__context__, OSError):  # what f.write raised in torch
+                raise
+            raise OSError(e.__context__.errno, e.__context__.strerror, f.name) from None
+        meta = {"format": FORMAT, "version": VERSION, "config": config, **info}
+        meta["files"] = {WEIGHTS: _file_facts(tmp / WEIGHTS)}
+        meta = json.loads(json.dumps(meta))  # as a reader will see it
+        meta["digest"] = _digest(meta)
+        with naming(tmp / INFO):
+            (tmp / INFO).write_text(json.dumps(meta, indent=1))
 
 
 def _file_facts(path: Path) -> list:

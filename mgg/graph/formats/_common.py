@@ -47,6 +47,15 @@ def open_write(path: str):
     return open(path, "wb")
 
 
+def npy_header(f) -> tuple:
+    """(shape, fortran_order, dtype) of the .npy array whose bytes ``f`` starts at, ``f``
+    left at the array's first byte; ValueError or EOFError for a damaged header."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
 def npz_shapes(z) -> dict:
     """{key: (shape, dtype)} of an open NpzFile's members, from their .npy headers (nothing
     is loaded); members whose header cannot be read are left to np.load to report."""
@@ -54,13 +63,7 @@ def npz_shapes(z) -> dict:
     for key in z.files:
         try:
             with z.zip.open(key + ".npy") as f:
-                version = np.lib.format.read_magic(f)
-                reader = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, _, dtype = reader(f)
+                shape, _, dtype = npy_header(f)
         except Exception:  # noqa: BLE001 - np.load names the problem when it loads it
             continue
         out[key] = (tuple(int(d) for d in shape), dtype)

@@ -8,7 +8,7 @@ import zipfile
 
 import numpy as np
 
-from ._common import err
+from ._common import err, npy_header
 
 __all__ = ["TAKE_BYTES", "Member", "open_zip", "take_csr_rows"]
 
@@ -24,13 +24,7 @@ class Member:
         self.path, self.key = path, key
         try:
             self.f = z.open(key + ".npy")
-            version = np.lib.format.read_magic(self.f)
-            reader = (
-                np.lib.format.read_array_header_1_0
-                if version == (1, 0)
-                else np.lib.format.read_array_header_2_0
-            )
-            self.shape, self.fortran, self.dtype = reader(self.f)
+            self.shape, self.fortran, self.dtype = npy_header(self.f)
         except (KeyError, ValueError, OSError, zipfile.BadZipFile, EOFError) as e:
             raise err(path, f"key {key!r}", f"cannot be read ({e})") from e
         if (self.fortran and not fortran and len(self.shape) > 1) or self.dtype.hasobject:

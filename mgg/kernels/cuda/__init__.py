@@ -23,7 +23,7 @@ from ...knobs import DEFAULTS, REMOTES
 from ...partition.plan import PartitionPlan
 from ...precision import BF16, bits, holds_bf16, row_dtype, storage
 from .. import checks as check
-from ..reference import check_edge_weights
+from ..reference import check_edge_weights, edge_weight_heads
 from .occupancy import FLOAT_BYTES, WARP, Device, Workload, estimate, live_gpu, width_class
 
 SOURCE = Path(__file__).with_name("aggregate.cu")
@@ -320,19 +320,8 @@ def run(
     if weights is not None:
         if op != "sum":
             raise ValueError(f"edge weights given with the call make a weighted sum, not {op!r}")
+        heads = edge_weight_heads(dplan.plan, weights, d)
         (local_w, remote_w), weighted = weights, 1
-        for name, w, e in (
-            ("local", local_w, dplan.plan.num_local_edges),
-            ("remote", remote_w, dplan.plan.num_remote_edges),
-        ):
-            if w.ndim not in (1, 2) or w.shape[0] != e or w.shape[1:] != local_w.shape[1:]:
-                raise InputError(
-                    f"run: {name} edge weights must be [{e}] or [{e}, H] (as the local ones), "
-                    f"got {tuple(w.shape)}"
-                )
-        heads = 1 if local_w.ndim == 1 else local_w.shape[1]
-        if heads < 1 or d % heads:
-            raise ValueError(f"{heads} heads do not divide the feature width {d}")
     elif op == "gcn" and dplan.norm is not None:
         local_w, remote_w, weighted = dplan.norm, dplan.halo_norm, NORMS
     elif op == "gcn":
