@@ -512,6 +512,41 @@ def test_a_sigquit_to_a_bare_mgg_train_ends_it_in_one_line(tmp_path):
     assert err.decode().strip().splitlines() == ["mgg train: stopped by SIGQUIT"]
 
 
+DEL_JOB = """
+import signal, sys, time
+from mgg import cli
+
+signal.signal(signal.SIGTERM, cli._stop)
+sys.unraisablehook = cli._interrupt_hook("train")
+
+class Dropped:
+    def __del__(self):  # the signal's Stopped is raised here, where Python drops it
+        signal.raise_signal(signal.SIGTERM)
+        for _ in range(1000):
+            pass
+
+try:
+    Dropped()
+    end = time.time() + 20
+    while time.time() < end:
+        time.sleep(0.01)
+    print("still running")
+except cli.Stopped as e:
+    print("stopped", e.signum)
+"""
+
+
+def test_an_ending_signal_that_lands_in_a_del_still_ends_mgg(tmp_path):
+    """Python drops an exception raised in a __del__ (reporting it only): a signal's
+    Stopped landing there is sent again, to end the command where it can unwind (it left
+    a bare mgg train running in one CI run)."""
+    script = tmp_path / "job.py"
+    script.write_text(DEL_JOB)
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60)
+    assert r.stdout.split() == ["stopped", str(int(signal.SIGTERM))], r.stderr[-2000:]
+    assert "Stopped" not in r.stderr  # not reported as an exception ignored
+
+
 @needs_linux
 def test_any_ending_signal_to_mggrun_of_ranks_that_are_not_mgg_is_one_line(tmp_path):
     """Every signal that would end mggrun (launch.ENDING) ends the job: with ranks that

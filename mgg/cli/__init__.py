@@ -15,6 +15,7 @@ import contextlib
 import errno
 import os
 import sys
+import threading
 import time
 
 from . import check, convert, demo, embed, info, partition, plan, predict, train, tune
@@ -147,13 +148,19 @@ def run(args) -> int:
 
 
 def _interrupt_hook(command: str):
-    """An unraisable-exception hook: Python only reports a Ctrl-C that lands in a __del__
-    (numba's compiler has many), so act on it here."""
+    """An unraisable-exception hook: Python only reports a Ctrl-C (or an ending signal's
+    Stopped) that lands in a __del__ (numba's compiler has many), so act on it here."""
     default = sys.unraisablehook
 
     def hook(u):
         if issubclass(u.exc_type, KeyboardInterrupt):
             _interrupted(command, exit_now=True)
+        if issubclass(u.exc_type, Stopped):  # dropped with the __del__ it landed in: sent
+            # again once this hook returned, it lands in the main flow (or here again)
+            resend = threading.Timer(0.05, os.kill, (os.getpid(), u.exc_value.signum))
+            resend.daemon = True
+            resend.start()
+            return
         default(u)
 
     return hook
