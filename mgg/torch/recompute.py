@@ -34,14 +34,16 @@ class _Recompute(Op):
         keys = ctx.g.keys
         stream, keys.dropout_stream = keys.dropout_stream, ctx.stream
         try:
-            with torch.enable_grad():
-                y = ctx.fn(x)
+            try:
+                with torch.enable_grad():
+                    y = ctx.fn(x)
+            finally:
+                keys.dropout_stream = stream
+            torch.autograd.backward(y, dy)  # first: torch's batch norm saved its buffers
         finally:
-            keys.dropout_stream = stream
             with torch.no_grad():
                 for b, saved in zip(ctx.module.buffers(), buffers, strict=True):
                     b.copy_(saved)
-        torch.autograd.backward(y, dy)
         return (
             x.grad if wants else None,
             None,

@@ -75,6 +75,8 @@ class BatchNorm(nn.Module):
             count = g.plan.num_nodes
             if count < 2 and not (count == 1 and self.allow_single_element):
                 raise InputError(f"batch normalization needs at least 2 rows, got {count}")
+            if g.size == 1 and count > 1:  # torch's kernel: one autograd node, not 20
+                return _alone(self, x).to(rows.dtype)
             mean, var = batch_statistics(self, x, g)
         y = (x - mean) * torch.rsqrt(var + self.eps)
         if self.weight is not None:
@@ -91,17 +93,48 @@ class BatchNorm(nn.Module):
 def batch_statistics(norm: nn.Module, x: torch.Tensor, g) -> tuple:
     """(μ, σ²) [C] of this rank's rows x [n, C] over every rank's rows; in training, the
     running statistics of ``norm`` (a BatchNorm: torch's or mgg's) updated with them as
-    torch does (σ² unbiased; momentum None: the cumulative average)."""
-    count = g.plan.num_nodes
-    mean = all_reduce(x.sum(0), g) / count
-    var = all_reduce(((x - mean) ** 2).sum(0), g) / count
+    torch does (σ² unbiased; momentum None: the cumulative average). One allreduce (and
+    one in the backward pass): each rank's n·μ_r and n·(σ_r² + μ_r²), in float64, so
+    that σ² = E[x²] - μ² loses nothing to cancellation."""
+    count, n = g.plan.num_nodes, x.shape[0]
+    if n:
+        var_r, mean_r = (s.double() for s in torch.var_mean(x, 0, correction=0))
+        local = torch.cat([mean_r * n, (var_r + mean_r * mean_r) * n])
+    else:  # no rows: zeros, still in the graph, so that its backward joins the allreduce
+        local = torch.cat([x.sum(0), x.sum(0)]).double()
+    s1, s2 = (all_reduce(local, g) / count).chunk(2)
+    mean, var = s1.to(x.dtype), (s2 - s1 * s1).clamp_min(0).to(x.dtype)
     if norm.track_running_stats and norm.training:
         with torch.no_grad():
-            norm.num_batches_tracked += 1
-            m = norm.momentum if norm.momentum is not None else 1 / int(norm.num_batches_tracked)
+            m = _momentum(norm)
             norm.running_mean.mul_(1 - m).add_(m * mean)
             norm.running_var.mul_(1 - m).add_(m * var * count / max(count - 1, 1))
     return mean, var
+
+
+def _momentum(norm: nn.Module) -> float:
+    """This training step's update rate of the running statistics, counted as torch does."""
+    norm.num_batches_tracked += 1
+    return norm.momentum if norm.momentum is not None else 1 / int(norm.num_batches_tracked)
+
+
+def _alone(norm: BatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """One rank's batch normalization in training: torch's own kernel."""
+    track = norm.track_running_stats
+    m = 0.0
+    if track:
+        with torch.no_grad():
+            m = _momentum(norm)
+    return F.batch_norm(
+        x,
+        norm.running_mean if track else None,
+        norm.running_var if track else None,
+        norm.weight,
+        norm.bias,
+        True,
+        m,
+        norm.eps,
+    )
 
 
 class MLP(nn.Module):
