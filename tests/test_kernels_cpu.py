@@ -232,3 +232,27 @@ def test_gcn_plans_keep_the_weights_factors_not_the_weights(rng):
         np.testing.assert_array_equal(np.concatenate(p.edge_weights()), graph_w)
         got = aggregate(p, x[p.lb : p.ub], "gcn", halo=gather_halo(p, x))
         np.testing.assert_allclose(got, want[p.lb : p.ub], rtol=1e-5, atol=1e-6)
+
+
+def test_a_plan_counts_its_in_degrees_and_isolated_rows_once(rng):
+    """The aggregations of a step read them: made once per plan, and a plan without
+    isolated rows skips their pass (the kernel still writes every row)."""
+    g = random_graph(rng, 200, 900, isolated=7)
+    plans = build_plan(g, 2, ps=4)
+    deg = np.diff(g.indptr)
+    assert sum(p.num_isolated for p in plans) == np.count_nonzero(deg == 0) >= 7
+    for p in plans:
+        assert p.in_degrees() is p.in_degrees()
+        np.testing.assert_array_equal(p.in_degrees(), deg[p.lb : p.ub])
+    full = Graph(np.arange(0, 3 * 50 + 1, 3), rng.integers(0, 50, 150).astype(np.int32))
+    (alone,) = build_plan(full, 1, ps=2)
+    assert alone.num_isolated == 0
+    x = rng.standard_normal((50, 5)).astype(np.float32)
+    out = np.full((50, 5), np.nan, np.float32)  # every row written, none left from before
+    aggregate(alone, x, "sum", out=out)
+    np.testing.assert_allclose(out, reference.aggregate(full, x, "sum"), rtol=1e-5, atol=1e-5)
+    (holes,) = build_plan(g, 1, ps=4)  # isolated rows: still zeroed over what out held
+    x = rng.standard_normal((200, 5)).astype(np.float32)
+    out = np.full((200, 5), np.nan, np.float32)
+    aggregate(holes, x, "sum", out=out)
+    np.testing.assert_allclose(out, reference.aggregate(g, x, "sum"), rtol=1e-5, atol=1e-5)

@@ -68,7 +68,8 @@ def aggregate(
     w = plan.gcn_weights("local") if op == "gcn" else None if weights is None else weights[0]
     if not plan.num_remote_edges:  # every in-edge local: each row summed and stored once
         ptr, node, idx = plan.lnp_ptr, plan.lnp_node, plan.local_indices
-        cpu.aggregate_rows(op, ptr, node, idx, w, x, out, eps, plan.in_degrees())
+        deg, isolated = plan.in_degrees(), plan.num_isolated > 0
+        cpu.aggregate_rows(op, ptr, node, idx, w, x, out, eps, deg, isolated)
         return out
     sums = sums_for(out, x.dtype)
     cpu.init_out(op, x, sums, eps)

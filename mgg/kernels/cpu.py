@@ -88,13 +88,16 @@ def accumulate(part_ptr, part_node, k0: int, k1: int, indices, weights, src, out
     _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold)
 
 
-def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, in_degrees):
+def aggregate_rows(
+    op: str, part_ptr, part_node, indices, weights, x, out, eps, in_degrees, isolated=True
+):
     """out [n, D] <- op's whole aggregation, when partitions [0, K) hold every in-edge of
     the n rows (a rank without remote edges): init, sums, mean's division and bf16's
     rounding in one pass. Each row is summed in a float row of its thread and stored
     once: out is written once, and bf16 rows need no float32 [n, D] sums nor a pass
     that rounds them. Arguments as ``accumulate``'s; x [>= n, D] the local rows (GIN's
-    (1+eps)·x[v]), out like x's rows, in_degrees int [n] (0: a row with no partition).
+    (1+eps)·x[v]), out like x's rows, in_degrees int [n] (0: a row with no partition);
+    ``isolated``: whether some row has none (False: no pass over the rows for them).
     """
     check.same_width(x, out, "aggregate_rows", "x")
     n, d = out.shape
@@ -118,7 +121,8 @@ def aggregate_rows(op: str, part_ptr, part_node, indices, weights, x, out, eps, 
     if part_node.size:
         sums = np.empty((0, d), acc)  # none: the rows are summed in the threads' rows
         _dispatch(part_ptr, part_node, 0, part_node.size, indices, weights, x, sums, fold)
-    _fill_isolated(x, fold)
+    if isolated or not part_node.size:
+        _fill_isolated(x, fold)
 
 
 def _dispatch(part_ptr, part_node, k0, k1, indices, weights, src, out, fold) -> None:

@@ -133,46 +133,66 @@ def _leaky(x, slope):
     return x if x > 0 else x * slope
 
 
+# Rows of BLOCK destinations per parallel task, each task with its [H] scratch rows; an
+# edge's H heads side by side in the inner loop (its source row read once, not H times:
+# heads outermost measured ~2x slower at H = 8). Each (v, h) sums its edges in the
+# same order as one head at a time would.
+BLOCK = 64
+
+
 @numba.njit(cache=True, parallel=True)
 def _gat_softmax(lp, rp, src, a_all, a_dst, slope, alpha):
     n, heads = a_dst.shape
     el = lp[n]
-    for v in numba.prange(n):
-        deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
-        for h in range(heads):
-            top = -np.inf
+    for b in numba.prange((n + BLOCK - 1) // BLOCK):
+        top = np.empty(heads, np.float64)
+        total = np.empty(heads, np.float64)
+        for v in range(b * BLOCK, min(n, b * BLOCK + BLOCK)):
+            deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
+            for h in range(heads):
+                top[h], total[h] = -np.inf, 0.0
             for t in range(deg):
-                top = max(top, _leaky(a_all[src[_edge(lp, rp, el, v, t)], h] + a_dst[v, h], slope))
-            total = 0.0
+                u = src[_edge(lp, rp, el, v, t)]
+                for h in range(heads):
+                    top[h] = max(top[h], _leaky(a_all[u, h] + a_dst[v, h], slope))
             for t in range(deg):
                 e = _edge(lp, rp, el, v, t)
-                x = np.exp(_leaky(a_all[src[e], h] + a_dst[v, h], slope) - top)
-                alpha[e, h] = x
-                total += x
+                u = src[e]
+                for h in range(heads):
+                    x = np.exp(_leaky(a_all[u, h] + a_dst[v, h], slope) - top[h])
+                    alpha[e, h] = x
+                    total[h] += x
             for t in range(deg):
                 e = _edge(lp, rp, el, v, t)
-                alpha[e, h] = alpha[e, h] / total
+                for h in range(heads):
+                    alpha[e, h] = alpha[e, h] / total[h]
 
 
 @numba.njit(cache=True, parallel=True)
 def _gat_softmax_backward(lp, rp, src, a_all, a_dst, alpha, dalpha, slope, dscore, da_dst):
     n, heads = a_dst.shape
     el = lp[n]
-    for v in numba.prange(n):
-        deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
-        for h in range(heads):
-            dot = 0.0  # sum_e α_e dα_e: d(softmax) = α (dα - dot)
+    for b in numba.prange((n + BLOCK - 1) // BLOCK):
+        dot = np.empty(heads, np.float64)  # sum_e α_e dα_e: d(softmax) = α (dα - dot)
+        acc = np.empty(heads, np.float64)
+        for v in range(b * BLOCK, min(n, b * BLOCK + BLOCK)):
+            deg = lp[v + 1] - lp[v] + rp[v + 1] - rp[v]
+            for h in range(heads):
+                dot[h], acc[h] = 0.0, 0.0
             for t in range(deg):
                 e = _edge(lp, rp, el, v, t)
-                dot += alpha[e, h] * dalpha[e, h]
-            acc = 0.0
+                for h in range(heads):
+                    dot[h] += alpha[e, h] * dalpha[e, h]
             for t in range(deg):
                 e = _edge(lp, rp, el, v, t)
-                x = a_all[src[e], h] + a_dst[v, h]
-                d = alpha[e, h] * (dalpha[e, h] - dot) * (1.0 if x > 0 else slope)
-                dscore[e, h] = d
-                acc += d
-            da_dst[v, h] = acc
+                u = src[e]
+                for h in range(heads):
+                    x = a_all[u, h] + a_dst[v, h]
+                    d = alpha[e, h] * (dalpha[e, h] - dot[h]) * (1.0 if x > 0 else slope)
+                    dscore[e, h] = d
+                    acc[h] += d
+            for h in range(heads):
+                da_dst[v, h] = acc[h]
 
 
 @numba.njit(cache=True, parallel=True)

@@ -187,8 +187,19 @@ class PartitionPlan:
         return ld * n + ls, rd * n + rs
 
     def in_degrees(self) -> np.ndarray:
-        """int64 [n]: in-degree of each local node (local plus remote entries)."""
-        return np.diff(self.local_indptr) + np.diff(self.remote_indptr)
+        """int64 [n]: in-degree of each local node (local plus remote entries); made once
+        (a plan is immutable: every aggregation of a step reads it)."""
+        if "_in_degrees" not in self.__dict__:
+            deg = np.diff(self.local_indptr) + np.diff(self.remote_indptr)
+            self.__dict__["_in_degrees"] = deg.astype(np.int64, copy=False)
+            self.__dict__["_isolated"] = int(np.count_nonzero(deg == 0))
+        return self.__dict__["_in_degrees"]
+
+    @property
+    def num_isolated(self) -> int:
+        """Local nodes without an in-edge."""
+        self.in_degrees()
+        return self.__dict__["_isolated"]
 
     # ---- derived plans -------------------------------------------------------------------
     def with_ps(self, ps: int) -> PartitionPlan:
