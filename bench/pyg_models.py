@@ -50,6 +50,28 @@ def pyg_graph(graph, path: str, device="cpu"):
     return torch.from_numpy(np.stack([src, dst]).astype(np.int64)).to(device)
 
 
+def pyg_inputs(ds):
+    """(x, y, train) of an mgg Dataset for PyG: x float32 [N, F], dense where it has fewer
+    than 2e8 entries (else a sparse CSR tensor), y int64 [N], train int64 [T] the
+    training rows as an index tensor (a boolean mask costs a nonzero every step)."""
+    import scipy.sparse as sp
+
+    x = ds.x
+    if sp.issparse(x) and x.shape[0] * x.shape[1] < 2e8:
+        x = x.toarray()
+    if sp.issparse(x):
+        x = torch.sparse_csr_tensor(
+            torch.from_numpy(x.indptr.astype(np.int64)),
+            torch.from_numpy(x.indices.astype(np.int64)),
+            torch.from_numpy(x.data.astype(np.float32)),
+            size=x.shape,
+        )
+    else:
+        x = torch.from_numpy(np.asarray(x, np.float32))
+    train = torch.from_numpy(np.flatnonzero(ds.train_mask))
+    return x, torch.from_numpy(np.asarray(ds.y, np.int64)), train
+
+
 def pyg_model(name: str, f: int, c: int, path: str = "edge_index") -> nn.Module:
     """GCN 2 x 16 (cached), SAGE 2 x 16 (mean), GIN 2 x 64 (MLPs with batch norm,
     input dropout 0.9), GAT 8 heads x 8 hidden (dropout 0.6), as mgg's defaults; on graph

@@ -17,7 +17,12 @@ BENCHES = {
     "partition_throughput": (["--reddit"], ["--max-scale", "18"]),
     "cpu_aggregation": (["--real"], ["--scale", "16", "--repeat", "5"]),
     "distributed_designs": (["--real"], ["--rmat-scale", "14", "--repeat", "3"]),
-    "train_vs_pyg": ([], ["--graphs", "cora", "--models", "gcn,gat", "--epochs", "5"]),
+    "train_vs_peers": (
+        [],
+        ["--graphs", "cora", "--products", "", "--models", "gcn,gat", "--epochs", "5"]
+        + ["--rounds", "1", "--no-dgl"],
+    ),
+    "host_floor": ([], ["--graphs", "planted", "--models", "gcn", "--rounds", "1", "--peers", ""]),
     "first_run": ([], ["--np", "2", "--epochs", "3", "--repeat", "1"]),
 }
 

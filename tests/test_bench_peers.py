@@ -5,6 +5,7 @@ arithmetic of bench/gpu/e2e_vs_pyg.py."""
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 import torch
@@ -128,3 +129,31 @@ def test_a_side_that_fails_costs_its_own_cell_and_fails_the_run(monkeypatch):
     assert skipped == {"b": "failed: RuntimeError: the stream was capturing"}
     assert e2e_vs_pyg.FAILED == ["b: failed: RuntimeError: the stream was capturing"]
     assert freed == [1]
+
+
+@numba.njit(cache=False)
+def _twice(a):
+    return a.sum() * 2
+
+
+def test_a_step_s_costs_are_counted_where_they_arise():
+    """bench/step_costs.py: the torch calls, autograd nodes and numba kernel calls of a
+    known step, and its compiled time apart from its Python time."""
+    from step_costs import autograd_nodes, dispatch_counts, profile_steps
+
+    x, w = torch.ones(4, 3), torch.ones(3, requires_grad=True)
+    a = np.ones(1000)
+
+    def loss():
+        return (x * w).sum()
+
+    def step():
+        _twice(a), _twice(a)  # two kernel calls
+        loss().backward()
+
+    step()
+    assert autograd_nodes(loss()) == 3  # SumBackward0, MulBackward0, AccumulateGrad
+    counts = dispatch_counts(step)
+    assert counts["torch_calls"] == 3 and counts["aten_ops"] >= 3  # __mul__, sum, backward
+    prof = profile_steps(step, 4)
+    assert prof["kernel_calls"] == 2 and prof["native_ms"] > 0 and prof["python_calls"] >= 2
