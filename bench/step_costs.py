@@ -114,6 +114,26 @@ def profile_steps(step, n: int) -> dict:
     }
 
 
+GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_sparse_addmm")
+
+
+def aten_split(step, n: int) -> dict:
+    """``n`` calls of ``step()`` under torch's profiler: per step, {"gemm_ms": the ATen
+    matrix products' own time, "aten_ms": every ATen op's own time, "profiled_ms": the
+    profiled step (the profiler's overhead in it)}."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        wall = time.perf_counter() - t0
+    ops = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    gemm = sum(e.self_cpu_time_total for e in ops if e.key in GEMMS)
+    aten = sum(e.self_cpu_time_total for e in ops)
+    return {"gemm_ms": gemm / n / 1e3, "aten_ms": aten / n / 1e3, "profiled_ms": wall / n * 1e3}
+
+
 def step_report(step, forward_loss, n: int) -> dict:
     """Everything above for ``step`` (one training step) and ``forward_loss()`` (the
     step's loss, its graph kept): the median step, the Python share (the median step less

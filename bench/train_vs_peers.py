@@ -234,10 +234,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         sources = [lambda p=p: complete(read_npz(p)) for p in paths]
         sources += [lambda s=s: complete(resolve(f"products:scale={s}")) for s in scales]
-        for load in sources:
+        for load in sources:  # the results so far written after each graph
             ds = load()
             measure(ds, models, args.epochs, args.rounds, nps, not args.no_dgl, Path(tmp), rows)
             plot(rows, RESULTS / f"{stem}.png")
+            write(stem, rows, nps, args.epochs)
+
+
+def write(stem: str, rows: list[dict], nps, epochs: int) -> None:
     worst = {
         k: min((r[k] for r in rows if r.get(k) is not None), default=None)
         for k in ("vs_pyg_best", "vs_dgl")
@@ -248,7 +252,7 @@ def main():
         columns += ["p2_ms", "p2_vs_p1", "p2_vs_pyg_best", "p2_vs_dgl"]
     write_results(
         stem,
-        {"cores": len(os.sched_getaffinity(0)), "epochs": args.epochs, "worst": worst},
+        {"cores": len(os.sched_getaffinity(0)), "epochs": epochs, "worst": worst},
         rows,
         columns + ["mgg_test_acc"],
         notes="mgg_ms: median epoch of `mggrun -np 1 mgg train` (p2_ms: -np 2); pyg_ms: "

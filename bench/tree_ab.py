@@ -90,7 +90,7 @@ def main():
         shutil.rmtree(home, ignore_errors=True)
     rows = []
     for k, first in runs["old"][0].items():
-        for col in (c for c in first if c.endswith("_ms")):
+        for col in (c for c, v in first.items() if c.endswith("_ms") and v is not None):
             old = np.array([rn[k][col] for rn in runs["old"]])
             new = np.array([rn[k][col] for rn in runs["new"]])
             rows.append(

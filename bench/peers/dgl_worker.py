@@ -1,9 +1,12 @@
 """DGL's side of the DGL peer: runs INSIDE the DGL venv (bench/peers/dgl_env.py), so it
-imports nothing of mgg or bench/ (torch 2.1 and numpy < 2 there).
+imports nothing of mgg, and of bench/ only step_costs (torch 2.1 and numpy < 2 there).
 
     dgl_worker.py time PEER.npz MODEL EPOCHS
         trains EPOCHS + 2 full-graph steps and prints one JSON line: {"step_s": median
         of the steps after the first 2, "threads", "dgl", "torch"}.
+    dgl_worker.py profile PEER.npz MODEL EPOCHS
+        the same steps, then EPOCHS more under torch's profiler: {"step_s", "gemm_ms",
+        "aten_ms", "profiled_ms"} (bench/step_costs.aten_split).
     dgl_worker.py forward PEER.npz MODEL WEIGHTS.npz OUT.npy
         builds the model, loads weights named as PyG's twin's state_dict
         (bench/pyg_models.py), runs it in eval mode without grad and saves the logits
@@ -148,21 +151,32 @@ def load(peer_path: str, name: str):
     return g, x, y, train, model
 
 
-def time_steps(peer_path: str, name: str, epochs: int) -> dict:
+def time_steps(peer_path: str, name: str, epochs: int, profiled: bool = False) -> dict:
     torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
     g, x, y, train, model = load(peer_path, name)
     opt = optimizer(name, model)
-    times = []
-    for _ in range(epochs + 2):
-        t0 = time.perf_counter()
+
+    def step():
         model.train()
         opt.zero_grad()
         loss = F.cross_entropy(model(g, x)[train], y[train])
         loss.backward()
         opt.step()
+
+    times = []
+    for _ in range(epochs + 2):
+        t0 = time.perf_counter()
+        step()
         times.append(time.perf_counter() - t0)
+    split = {}
+    if profiled:
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from step_costs import aten_split
+
+        split = aten_split(step, epochs)
     return {
+        **split,
         "step_s": float(np.median(times[2:])),
         "threads": torch.get_num_threads(),
         "dgl": dgl.__version__,
@@ -183,11 +197,12 @@ def forward(peer_path: str, name: str, weights: str, out: str) -> None:
 
 def main(argv: list[str]) -> None:
     usage = (
-        "usage: dgl_worker.py time PEER.npz MODEL EPOCHS | "
+        "usage: dgl_worker.py time|profile PEER.npz MODEL EPOCHS | "
         "dgl_worker.py forward PEER.npz MODEL WEIGHTS.npz OUT.npy"
     )
-    if len(argv) == 4 and argv[0] == "time":
-        print(json.dumps(time_steps(argv[1], argv[2], int(argv[3]))), flush=True)
+    if len(argv) == 4 and argv[0] in ("time", "profile"):
+        steps = time_steps(argv[1], argv[2], int(argv[3]), profiled=argv[0] == "profile")
+        print(json.dumps(steps), flush=True)
     elif len(argv) == 5 and argv[0] == "forward":
         forward(*argv[1:])
     else:

@@ -1,0 +1,122 @@
+"""Where a training step's time goes, mgg (one rank) against DGL, where mgg's lead over a
+peer is short of its goal: the dense matrix products (ATen's mm/addmm/bmm, which both
+sides hand to the same BLAS), the other ATen ops, the graph kernels and Python.
+
+    python bench/step_profile.py [--graphs amazon_computers,products] [--scale 0.05]
+                                 [--models sage,gat] [--steps 10]
+
+mgg: ATen ops' own time from torch's profiler, numba's kernels from cProfile (another
+pass), the rest of the step Python. DGL (bench/peers): ATen ops' own time; the rest of
+its step is its C kernels and Python, which its profile does not tell apart. Each side in
+its own process; each part per step from profiled steps, the Python (and DGL's
+kernels) the unprofiled median step less the parts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from mgg.graph.formats import read_npz, write_npz
+from mgg.graph.specs import resolve
+
+from common import SHARED_DATA, complete, csv_list, write_results
+
+
+def mgg_worker(path: str, name: str, steps: int) -> None:
+    import numpy as np
+    import torch
+    from step_costs import aten_split, profile_steps, time_steps
+
+    from mgg.comm import get_comm
+    from mgg.prepare import prepare
+
+    from common import default_trainer
+
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    dg, data = prepare(read_npz(path), get_comm("mpi"), name)
+    t = default_trainer(dg, data, name)
+    step = t.train_step
+    wall = float(np.median(time_steps(step, steps))) * 1e3
+    split = aten_split(step, steps)
+    kernels = profile_steps(step, steps)
+    t.read_losses()
+    # native_ms: numba's kernels and every builtin's time (ATen's too, told apart by split)
+    print(json.dumps({"step_ms": wall, **split, "native_ms": kernels["native_ms"]}))
+
+
+def run(argv) -> dict:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if r.returncode:
+        raise RuntimeError(f"{argv[1]} failed:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--graphs", default="amazon_computers,products")
+    ap.add_argument("--scale", type=float, default=0.05, help="the products stand-in's")
+    ap.add_argument("--models", default="sage,gat")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--mgg-worker", nargs=3)
+    args = ap.parse_args()
+    if args.mgg_worker:
+        return mgg_worker(args.mgg_worker[0], args.mgg_worker[1], int(args.mgg_worker[2]))
+    from peers.check_dgl import write_peer_file
+    from peers.dgl_env import python
+
+    worker = Path(__file__).parent / "peers" / "dgl_worker.py"
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for gname in csv_list(args.graphs):
+            spec = f"products:scale={args.scale}" if gname == "products" else None
+            ds = complete(resolve(spec) if spec else read_npz(SHARED_DATA / f"{gname}.npz"))
+            path, peer = Path(tmp) / f"{gname}.npz", Path(tmp) / f"{gname}-peer.npz"
+            write_npz(ds, path)
+            write_peer_file(ds, peer)
+            for name in csv_list(args.models):
+                m = run(
+                    [sys.executable, __file__, "--mgg-worker", str(path), name, str(args.steps)]
+                )
+                d = run([str(python()), str(worker), "profile", str(peer), name, str(args.steps)])
+                row = {
+                    "graph": ds.name,
+                    "model": name,
+                    "mgg_ms": m["step_ms"],
+                    "mgg_gemm_ms": m["gemm_ms"],
+                    "mgg_other_aten_ms": m["aten_ms"] - m["gemm_ms"],
+                    "mgg_kernels_ms": max(0.0, m["native_ms"] - m["aten_ms"]),
+                    "mgg_python_ms": max(0.0, m["step_ms"] - m["native_ms"]),
+                    "dgl_ms": d["step_s"] * 1e3,
+                    "dgl_gemm_ms": d["gemm_ms"],
+                    "dgl_other_aten_ms": d["aten_ms"] - d["gemm_ms"],
+                    "dgl_kernels_python_ms": max(0.0, d["step_s"] * 1e3 - d["aten_ms"]),
+                }
+                row["vs_dgl"] = row["dgl_ms"] / row["mgg_ms"]
+                row["vs_dgl_without_gemm"] = (row["dgl_ms"] - row["dgl_gemm_ms"]) / (
+                    row["mgg_ms"] - row["mgg_gemm_ms"]
+                )
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    cols = list(rows[0])
+    write_results(
+        "step_profile",
+        {"steps": args.steps},
+        rows,
+        cols,
+        notes="ms per step. gemm: ATen's matrix products' own time (torch's profiler); "
+        "other_aten: every other ATen op's; mgg kernels: numba's and other builtins' time "
+        "(cProfile) less the ATen ops'; mgg python: the step less all of those; "
+        "dgl kernels_python: DGL's step less its ATen ops (its C kernels and "
+        "Python). vs_dgl_without_gemm: the two steps' ratio with each side's GEMMs taken "
+        "out (what is left to the graph work). mgg_ms and dgl_ms unprofiled medians.",
+    )
+
+
+if __name__ == "__main__":
+    main()
