@@ -25,7 +25,7 @@ from pathlib import Path
 from mgg.graph.formats import read_npz, write_npz
 from mgg.graph.specs import resolve
 
-from common import SHARED_DATA, complete, csv_list, write_results
+from common import RESULTS, SHARED_DATA, complete, csv_list, write_results
 
 
 def mgg_worker(path: str, name: str, steps: int) -> None:
@@ -48,6 +48,40 @@ def mgg_worker(path: str, name: str, steps: int) -> None:
     t.read_losses()
     # native_ms: numba's kernels and every builtin's time (ATen's too, told apart by split)
     print(json.dumps({"step_ms": wall, **split, "native_ms": kernels["native_ms"]}))
+
+
+PARTS = {
+    "mgg": ("gemm", "other_aten", "kernels", "python"),
+    "dgl": ("gemm", "other_aten", "kernels_python"),
+}
+
+
+def plot(rows, path) -> None:
+    """Stacked bars: each pair's step, mgg beside DGL, by part."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(5, 2.2 * len(rows)), 4))
+    colors = {"gemm": "C0", "other_aten": "C1", "kernels": "C2", "python": "C3"}
+    colors["kernels_python"] = "C4"
+    for i, row in enumerate(rows):
+        for j, side in enumerate(PARTS):
+            bottom = 0.0
+            for part in PARTS[side]:
+                v = row[f"{side}_{part}_ms"]
+                label = part if i == 0 and (j == 0 or part == "kernels_python") else None
+                ax.bar(i + 0.4 * j - 0.2, v, 0.38, bottom=bottom, color=colors[part], label=label)
+                bottom += v
+            ax.text(i + 0.4 * j - 0.2, bottom, side, ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), [f"{r['graph']} {r['model']}" for r in rows])
+    ax.set_ylabel("ms per training step (profiled parts)")
+    ax.set_title("Where a step goes: mgg (one rank) beside DGL")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def run(argv) -> dict:
@@ -104,6 +138,7 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     cols = list(rows[0])
+    plot(rows, RESULTS / "step_profile.png")
     write_results(
         "step_profile",
         {"steps": args.steps},
