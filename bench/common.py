@@ -25,14 +25,9 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
     """Median wall time of fn() in seconds, after warm-up calls."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    from step_costs import time_steps
+
+    return float(np.median(time_steps(fn, repeat, warmup)))
 
 
 def compare(fns: dict, repeat: int = 9, warmup: int = 1) -> dict:

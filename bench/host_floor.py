@@ -110,41 +110,16 @@ def mgg_worker(path: str, name: str, steps: int) -> None:
 def pyg_worker(path: str, name: str, steps: int) -> None:
     """PyG's step on each graph form of ``name``; the report of the fastest."""
     import torch
-    from pyg_models import PATHS, pyg_graph, pyg_inputs, pyg_model, pyg_optimizer
+    from pyg_models import pyg_steps
     from step_costs import step_report
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    ds = read_npz(path)
-    x, y, train = pyg_inputs(ds)
-    reports = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for form in PATHS[name]:
-            adj = pyg_graph(ds.graph, form)
-            torch.manual_seed(0)
-            model = pyg_model(name, x.shape[1], ds.num_classes, form)
-            opt = pyg_optimizer(name, model)
-
-            def forward_loss(model=model, adj=adj):
-                model.train()
-                return torch.nn.functional.cross_entropy(model(x, adj)[train], y[train])
-
-            def step(opt=opt, forward_loss=forward_loss):
-                opt.zero_grad()
-                forward_loss().backward()
-                opt.step()
-
-            reports[form] = step_report(step, forward_loss, steps)
+        reports = {f: step_report(s, loss, steps) for f, s, loss in pyg_steps(read_npz(path), name)}
     best = min(reports, key=lambda f: reports[f]["step_ms"])
-    print(
-        json.dumps(
-            {
-                **reports[best],
-                "form": best,
-                "forms_ms": {f: r["step_ms"] for f, r in reports.items()},
-            }
-        )
-    )
+    forms = {f: r["step_ms"] for f, r in reports.items()}
+    print(json.dumps({**reports[best], "form": best, "forms_ms": forms}))
 
 
 def run(argv: list[str], timeout: float = 1800) -> dict:

@@ -137,3 +137,26 @@ def pyg_optimizer(
         groups = [{"params": list(model.parameters()), "weight_decay": 5e-4}]
     kw = {k: True for k, on in (("fused", fused), ("capturable", capturable)) if on}
     return torch.optim.Adam(groups, lr=0.005 if name == "gat" else 0.01, **kw)
+
+
+def pyg_steps(ds, name: str):
+    """For each graph form of model ``name`` (PATHS), PyG set up on the dataset ``ds`` as
+    an expert would (pyg_inputs; weights seeded): (form, step, forward_loss), step() one
+    training step, forward_loss() its loss with the graph kept."""
+    x, y, train = pyg_inputs(ds)
+    for form in PATHS[name]:
+        adj = pyg_graph(ds.graph, form)
+        torch.manual_seed(0)
+        model = pyg_model(name, x.shape[1], ds.num_classes, form)
+        opt = pyg_optimizer(name, model)
+
+        def forward_loss(model=model, adj=adj):
+            model.train()
+            return F.cross_entropy(model(x, adj)[train], y[train])
+
+        def step(opt=opt, forward_loss=forward_loss):
+            opt.zero_grad()
+            forward_loss().backward()
+            opt.step()
+
+        yield form, step, forward_loss

@@ -32,7 +32,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 
@@ -49,30 +48,18 @@ GRAPHS = ("amazon_computers", "coauthor_cs", "pubmed")
 
 def pyg_worker(path: str, name: str, epochs: int) -> None:
     """Time PyG's training step on the dataset at ``path`` on each graph form of
-    ``name`` (pyg_models.PATHS); print {"step_s": {form: median}, ...}."""
+    ``name`` (pyg_models.PATHS); print {"step_s": {form: median}, ...}: the median of
+    ``epochs`` steps after two warm-up steps."""
     import torch
-    from pyg_models import PATHS, pyg_graph, pyg_inputs, pyg_model, pyg_optimizer
+    from pyg_models import pyg_steps
+    from step_costs import time_steps
 
     torch.set_num_threads(len(os.sched_getaffinity(0)))
-    ds = complete(read_npz(path))
-    x, y, train = pyg_inputs(ds)
     step_s = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for form in PATHS[name]:
-            adj = pyg_graph(ds.graph, form)
-            model = pyg_model(name, x.shape[1], ds.num_classes, form)
-            opt = pyg_optimizer(name, model)
-            times = []
-            for _ in range(epochs + 2):
-                t0 = time.perf_counter()
-                model.train()
-                opt.zero_grad()
-                loss = torch.nn.functional.cross_entropy(model(x, adj)[train], y[train])
-                loss.backward()
-                opt.step()
-                times.append(time.perf_counter() - t0)
-            step_s[form] = float(np.median(times[2:]))
+        for form, step, _ in pyg_steps(complete(read_npz(path)), name):
+            step_s[form] = float(np.median(time_steps(step, epochs, warmup=2)))
     gomp = {line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line}
     print(
         json.dumps(
