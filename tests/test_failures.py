@@ -496,20 +496,23 @@ def test_a_sigquit_to_a_bare_mgg_train_ends_it_in_one_line(tmp_path):
     env = dict(os.environ, MGG_PROGRESS="0")
     for var in ("MGG_LAUNCHER", "PMI_RANK", "MGG_SIZE", "PMI_SIZE"):
         env.pop(var, None)
-    log = tmp_path / "log"
+    log, errors = tmp_path / "log", tmp_path / "stderr"
     argv = ["train", "--dataset", "planted:nodes=2000,classes=3", "--epochs", "1000000"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mgg", *argv, "--log-dir", str(log)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    with open(errors, "wb") as sink:  # a file, not a pipe: no helper process holds it open
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mgg", *argv, "--log-dir", str(log)],
+            env=env, stdout=subprocess.DEVNULL, stderr=sink,
+            preexec_fn=lambda: signal.signal(signal.SIGQUIT, signal.SIG_DFL),  # not inherited
+        )  # fmt: skip
     end = time.time() + 120
     while not (log / "metrics.jsonl").exists():  # training: the handlers are set
-        assert proc.poll() is None and time.time() < end, proc.stderr.read().decode()[-2000:]
+        assert proc.poll() is None and time.time() < end, errors.read_text()[-2000:]
         time.sleep(0.1)
     proc.send_signal(signal.SIGQUIT)
-    _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 128 + signal.SIGQUIT, err.decode()[-2000:]
-    assert err.decode().strip().splitlines() == ["mgg train: stopped by SIGQUIT"]
+    proc.wait(timeout=60)
+    err = errors.read_text()
+    assert proc.returncode == 128 + signal.SIGQUIT, err[-2000:]
+    assert err.strip().splitlines() == ["mgg train: stopped by SIGQUIT"]
 
 
 DEL_JOB = """
