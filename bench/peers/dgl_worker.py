@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -164,20 +163,14 @@ def time_steps(peer_path: str, name: str, epochs: int, profiled: bool = False) -
         loss.backward()
         opt.step()
 
-    times = []
-    for _ in range(epochs + 2):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    split = {}
-    if profiled:
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        from step_costs import aten_split
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from step_costs import aten_split, time_steps
 
-        split = aten_split(step, epochs)
+    times = time_steps(step, epochs, warmup=2)
+    split = aten_split(step, epochs) if profiled else {}
     return {
         **split,
-        "step_s": float(np.median(times[2:])),
+        "step_s": float(np.median(times)),
         "threads": torch.get_num_threads(),
         "dgl": dgl.__version__,
         "torch": torch.__version__,

@@ -121,7 +121,7 @@ def aggregate_rows(
     if part_node.size:
         sums = np.empty((0, d), acc)  # none: the rows are summed in the threads' rows
         _dispatch(part_ptr, part_node, 0, part_node.size, indices, weights, x, sums, fold)
-    if isolated or not part_node.size:
+    if isolated:
         _fill_isolated(x, fold)
 
 
