@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from step_costs import time_steps
 
 from mgg.graph.dataset import Dataset, make_split, random_features
 
@@ -25,8 +26,6 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 def median_time(fn, repeat: int = 7, warmup: int = 1) -> float:
     """Median wall time of fn() in seconds, after warm-up calls."""
-    from step_costs import time_steps
-
     return float(np.median(time_steps(fn, repeat, warmup)))
 
 
@@ -231,9 +230,17 @@ def job_json(nprocs: int, *argv, timeout: float = 3600, env: dict | None = None,
     ranks import the mgg found there first) and return the JSON of its last line."""
     cmd = [sys.executable, str(ROOT / "launch" / "mggrun"), "-np", str(nprocs), *map(str, argv)]
     env = None if env is None else dict(os.environ, **env)
+    return run_json(cmd, " ".join(cmd), timeout=timeout, env=env, cwd=cwd)
+
+
+def run_json(cmd: list, what: str, timeout: float = 3600, env: dict | None = None, cwd=None):
+    """Run ``cmd`` (a worker process that prints JSON last; ``env``: its whole environment)
+    and return the JSON of its stdout's last line; RuntimeError naming ``what`` with the
+    end of its stderr when it fails."""
+    cmd = [str(c) for c in cmd]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=timeout, env=env)
     if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{r.stderr[-3000:]}")
+        raise RuntimeError(f"{what} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 

@@ -21,7 +21,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import numpy as np
 
 from mgg.graph.formats import read_npz, write_npz
 
-from common import RESULTS, SHARED_DATA, complete, csv_list, job_json, write_results
+from common import RESULTS, SHARED_DATA, complete, csv_list, job_json, run_json, write_results
 
 MODELS = ("gcn", "sage", "gin", "gat")
 GRAPHS = ("planted", "cora")
@@ -71,9 +70,7 @@ def mgg_worker(path: str, name: str, steps: int) -> None:
         t.train_step()
 
     def forward_loss():
-        t.model.train()
-        t.g.begin_step(t.epoch)
-        return t._loss_sum(t._logits(), t._train_rows) / t.train_count
+        return t._forward_loss(t.epoch)
 
     colls, wait = collections.Counter(), [0.0]
     if comm.size > 1:
@@ -122,25 +119,18 @@ def pyg_worker(path: str, name: str, steps: int) -> None:
     print(json.dumps({**reports[best], "form": best, "forms_ms": forms}))
 
 
-def run(argv: list[str], timeout: float = 1800) -> dict:
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    if r.returncode:
-        raise RuntimeError(f"{' '.join(argv[:4])} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def sides(path: Path, peer: Path | None, name: str, steps: int, nps, peers) -> dict:
     """One round: every side's report on the dataset at ``path``."""
     out = {}
     for p in nps:
         out[f"mgg_p{p}"] = job_json(p, sys.executable, __file__, "--mgg-worker", path, name, steps)
     if "pyg" in peers:
-        out["pyg"] = run([sys.executable, __file__, "--pyg-worker", str(path), name, str(steps)])
+        cmd = [sys.executable, __file__, "--pyg-worker", path, name, steps]
+        out["pyg"] = run_json(cmd, "the PyG worker", timeout=1800)
     if "dgl" in peers:
-        from peers.dgl_env import python
+        from peers.dgl_env import run_worker
 
-        worker = Path(__file__).parent / "peers" / "dgl_worker.py"
-        out["dgl"] = run([str(python()), str(worker), "time", str(peer), name, str(steps)])
+        out["dgl"] = run_worker("time", peer, name, steps, timeout=1800)
     return out
 
 

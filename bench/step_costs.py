@@ -53,7 +53,8 @@ def dispatch_counts(step) -> dict:
 
     with Calls(), Ops():
         step()
-    torch.cuda.synchronize() if torch.cuda.is_available() else None
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return {"torch_calls": counts["torch_calls"], "aten_ops": counts["aten_ops"]}
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 from mgg.graph.formats import read_npz, write_npz
 from mgg.graph.specs import resolve
 
-from common import RESULTS, SHARED_DATA, complete, csv_list, write_results
+from common import RESULTS, SHARED_DATA, complete, csv_list, run_json, write_results
 
 
 def mgg_worker(path: str, name: str, steps: int) -> None:
@@ -84,13 +83,6 @@ def plot(rows, path) -> None:
     plt.close(fig)
 
 
-def run(argv) -> dict:
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if r.returncode:
-        raise RuntimeError(f"{argv[1]} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--graphs", default="amazon_computers,products")
@@ -102,9 +94,8 @@ def main():
     if args.mgg_worker:
         return mgg_worker(args.mgg_worker[0], args.mgg_worker[1], int(args.mgg_worker[2]))
     from peers.check_dgl import write_peer_file
-    from peers.dgl_env import python
+    from peers.dgl_env import run_worker
 
-    worker = Path(__file__).parent / "peers" / "dgl_worker.py"
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for gname in csv_list(args.graphs):
@@ -114,10 +105,9 @@ def main():
             write_npz(ds, path)
             write_peer_file(ds, peer)
             for name in csv_list(args.models):
-                m = run(
-                    [sys.executable, __file__, "--mgg-worker", str(path), name, str(args.steps)]
-                )
-                d = run([str(python()), str(worker), "profile", str(peer), name, str(args.steps)])
+                cmd = [sys.executable, __file__, "--mgg-worker", path, name, args.steps]
+                m = run_json(cmd, "mgg's worker")
+                d = run_worker("profile", peer, name, args.steps)
                 row = {
                     "graph": ds.name,
                     "model": name,

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -40,7 +39,7 @@ import numpy as np
 from mgg.graph.formats import read_npz, write_npz
 from mgg.graph.specs import resolve
 
-from common import RESULTS, complete, csv_list, mgg_json, real_graphs, write_results
+from common import RESULTS, complete, csv_list, mgg_json, real_graphs, run_json, write_results
 
 MODELS = ("gcn", "sage", "gin", "gat")
 GRAPHS = ("amazon_computers", "coauthor_cs", "pubmed")
@@ -72,23 +71,9 @@ def pyg_worker(path: str, name: str, epochs: int) -> None:
     )
 
 
-def worker(argv: list[str], what: str) -> dict:
-    """Run a peer's worker process; the JSON of its last line."""
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=7200)
-    if r.returncode:
-        raise RuntimeError(f"the {what} worker failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 def pyg_job(path: Path, name: str, epochs: int) -> dict:
-    return worker([sys.executable, __file__, "--pyg-worker", str(path), name, str(epochs)], "PyG")
-
-
-def dgl_job(peer: Path, name: str, epochs: int) -> dict:
-    from peers.dgl_env import python
-
-    script = Path(__file__).parent / "peers" / "dgl_worker.py"
-    return worker([str(python()), str(script), "time", str(peer), name, str(epochs)], "DGL")
+    cmd = [sys.executable, __file__, "--pyg-worker", path, name, epochs]
+    return run_json(cmd, "the PyG worker", timeout=7200)
 
 
 def mgg_job(nprocs: int, path: Path, name: str, epochs: int) -> dict:
@@ -107,7 +92,9 @@ def one_round(path, peer, name, epochs, nps) -> dict:
     out["pyg"] = pyg["step_s"]
     out["pyg_openmp_runtimes"] = pyg["openmp_runtimes"]
     if peer is not None:
-        out["dgl"] = dgl_job(peer, name, epochs)["step_s"]
+        from peers.dgl_env import run_worker
+
+        out["dgl"] = run_worker("time", peer, name, epochs, timeout=7200)["step_s"]
     return out
 
 

@@ -240,16 +240,20 @@ class Trainer:
 
     def _step_body(self, epoch: int) -> torch.Tensor:
         """Forward, loss, backward, gradient average, optimizer step: the step's loss (0-d)."""
-        self.model.train()
-        self.g.begin_step(epoch)
         self.opt.zero_grad()
-        logits = self._logits()
-        loss = self._loss_sum(logits, self._train_rows) / self.train_count
+        loss = self._forward_loss(epoch)
         # sync_gradients averages the ranks' gradients: each backpropagates P x its share
         (loss if self.comm is None else loss * self.g.size).backward()
         sync_gradients(self.model.parameters(), self.comm)
         self.opt.step()
         return loss.detach()
+
+    def _forward_loss(self, epoch: int) -> torch.Tensor:
+        """The training loss (0-d, this rank's share of the mean) of a forward pass in
+        training mode at ``epoch``, its autograd graph kept."""
+        self.model.train()
+        self.g.begin_step(epoch)
+        return self._loss_sum(self._logits(), self._train_rows) / self.train_count
 
     def read_losses(self, extra=()) -> np.ndarray:
         """Collective: fill in the loss (summed over the ranks) and seconds of every step

@@ -25,7 +25,6 @@ match bit for bit; the functions trained are the same.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -36,7 +35,6 @@ BENCH = Path(__file__).resolve().parents[1]
 if str(BENCH) not in sys.path:
     sys.path.insert(0, str(BENCH))
 
-WORKER = Path(__file__).resolve().with_name("dgl_worker.py")
 MODELS = ("gcn", "sage", "gin", "gat")
 
 
@@ -78,23 +76,13 @@ def _perturbed(model, seed: int = 1):
     return model
 
 
-def run_worker(*args, timeout: float = 1800) -> str:
-    """Runs dgl_worker.py with ``args`` in DGL's venv (built where needed); its stdout."""
-    from peers.dgl_env import env, python
-
-    cmd = [str(python()), str(WORKER), *map(str, args)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=timeout)
-    if p.returncode:
-        lines = [ln for ln in p.stderr.splitlines() if ln.strip()] or ["no output"]
-        raise RuntimeError(f"dgl_worker {args[0]} failed (exit {p.returncode}): {lines[-1]}")
-    return p.stdout
-
-
 def check(peer_path, model: str, graph) -> dict:
     """PyG's twin vs DGL's on the peer file's features, same weights: max_abs, max_rel
     (max_abs / max |PyG logit|), agree (argmax agreement fraction)."""
     import torch
     from pyg_models import pyg_graph, pyg_model
+
+    from peers.dgl_env import run_worker
 
     with np.load(peer_path, allow_pickle=False) as z:
         x = torch.from_numpy(z["x"])

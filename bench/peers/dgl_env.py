@@ -4,8 +4,8 @@ dependencies: DGL 2.1 wants torch 2.1 and numpy < 2, which mgg's venv does not h
 ``python bench/peers/dgl_env.py`` builds the venv at bench/peers/.dgl-venv (or reuses it:
 a stamp file inside records the pins it was built with; when they match, nothing is
 done) and prints one progress line per step to stderr. Other bench scripts call
-``python()`` (``from peers.dgl_env import python`` with bench/ on sys.path), which builds
-the venv where needed and returns its interpreter, and run it with ``env()``.
+``run_worker(...)`` (``from peers.dgl_env import run_worker`` with bench/ on sys.path),
+which builds the venv where needed and runs bench/peers/dgl_worker.py in it.
 
 torch comes from PyTorch's CPU-only index where that is reachable, else from PyPI (the
 CUDA build, with its nvidia-* wheels: about 2.5 GiB more on disk; it runs on the CPU all
@@ -45,6 +45,7 @@ PYTHON = (3, 11)  # DGL 2.1.0's wheels: cp38 .. cp311
 HERE = Path(__file__).resolve().parent
 VENV = HERE / ".dgl-venv"
 STAMP = VENV / "mgg-dgl-pins.json"
+WORKER = HERE / "dgl_worker.py"
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -164,6 +165,15 @@ def build(force: bool = False) -> Path:
 def python() -> Path:
     """The DGL venv's python, the venv built first where needed."""
     return build()
+
+
+def run_worker(*args, timeout: float = 3600) -> dict:
+    """dgl_worker.py ``args`` run in the DGL venv (built where needed), with ``env()``: the
+    JSON line it prints."""
+    from common import run_json
+
+    cmd = [python(), WORKER, *args]
+    return run_json(cmd, f"dgl_worker {args[0]}", timeout=timeout, env=env())
 
 
 if __name__ == "__main__":

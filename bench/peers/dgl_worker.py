@@ -9,8 +9,8 @@ imports nothing of mgg, and of bench/ only step_costs (torch 2.1 and numpy < 2 t
         "aten_ms", "profiled_ms"} (bench/step_costs.aten_split).
     dgl_worker.py forward PEER.npz MODEL WEIGHTS.npz OUT.npy
         builds the model, loads weights named as PyG's twin's state_dict
-        (bench/pyg_models.py), runs it in eval mode without grad and saves the logits
-        [N, C] float32 to OUT.npy.
+        (bench/pyg_models.py), runs it in eval mode without grad, saves the logits
+        [N, C] float32 to OUT.npy and prints one JSON line: {"shape": [N, C]}.
 
 PEER.npz: ``src``, ``dst`` int64 [E] (edges src -> dst), ``x`` float32 [N, F], ``y`` int64
 [N], ``train`` int64 indices, ``num_classes`` int scalar.
@@ -186,6 +186,7 @@ def forward(peer_path: str, name: str, weights: str, out: str) -> None:
     with torch.no_grad():
         logits = model(g, x)
     np.save(out, logits.numpy().astype(np.float32))
+    print(json.dumps({"shape": list(logits.shape)}), flush=True)
 
 
 def main(argv: list[str]) -> None:
